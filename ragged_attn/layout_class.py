@@ -1,0 +1,85 @@
+"""The layout class: the one and only compile key of a ragged_attn kernel.
+
+Contract (DESIGN.md, "The contract that defines the product", rule 1-2):
+- A compiled kernel is specialised on the fields of `LayoutClass` and on nothing else.
+- Batch size, lengths, H_q, H_kv, the GQA ratio, strides, page size, page count, window sizes,
+  softmax scale, LSE base, LSE s_max and dim order are run-time arguments; a new value of any of
+  them compiles nothing. Enforced by tests/test_layout_class.py (property test + golden snapshot).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+ARCHES = ("sm_90a",)
+DTYPES = ("bf16", "fp16")
+MASK_FAMILIES = ("none", "causal", "window")
+KV_KINDS = ("ragged", "paged")
+
+# Head-dim classes served by a kernel, as (d_qk, d_v). Other head dims ride the smallest class
+# whose dims are >= theirs (a zero-padded envelope, padding done by predicated loads in the
+# kernel) -- see `head_dim_class`.
+HEAD_DIM_CLASSES = ((64, 64), (128, 128))
+
+
+@dataclass(frozen=True, order=True)
+class LayoutClass:
+    """Everything a compiled kernel is specialised on (DESIGN.md's table).
+
+    Fields:
+        arch: target architecture, "sm_90a".
+        d_qk, d_v: the head-dim class (the kernel's envelope, not the problem's exact dims).
+        dtype: "bf16" or "fp16" for q, k and v alike.
+        out_dtype: "bf16" or "fp16".
+        mask: "none", "causal" (either alignment: the offset is a run-time number) or "window"
+            (sliding window, left/right bounds at run time; causal + window lands here).
+        lse: True when the kernel writes the log-sum-exp (layout, base and s_max are run time).
+        kv: "ragged" (k/v are (total_k, H_kv, D)) or "paged" (page pools, NHD or HND by strides).
+    """
+
+    arch: str
+    d_qk: int
+    d_v: int
+    dtype: str
+    out_dtype: str
+    mask: str
+    lse: bool
+    kv: str
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHES:
+            raise ValueError(f"LayoutClass.arch: expected one of {ARCHES}, got {self.arch!r}")
+        if (self.d_qk, self.d_v) not in HEAD_DIM_CLASSES:
+            raise ValueError(
+                f"LayoutClass head dims: expected one of {HEAD_DIM_CLASSES}, got {(self.d_qk, self.d_v)}"
+            )
+        for name in ("dtype", "out_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ValueError(f"LayoutClass.{name}: expected one of {DTYPES}, got {getattr(self, name)!r}")
+        if self.mask not in MASK_FAMILIES:
+            raise ValueError(f"LayoutClass.mask: expected one of {MASK_FAMILIES}, got {self.mask!r}")
+        if self.kv not in KV_KINDS:
+            raise ValueError(f"LayoutClass.kv: expected one of {KV_KINDS}, got {self.kv!r}")
+        if not isinstance(self.lse, bool):
+            raise TypeError(f"LayoutClass.lse: expected a bool, got {type(self.lse).__name__}")
+
+    @property
+    def name(self) -> str:
+        """A short, filesystem-safe name, e.g. `sm_90a-d128x128-bf16-bf16-causal-lse-ragged`."""
+        lse = "lse" if self.lse else "nolse"
+        return (
+            f"{self.arch}-d{self.d_qk}x{self.d_v}-{self.dtype}-{self.out_dtype}-"
+            f"{self.mask}-{lse}-{self.kv}"
+        )
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def head_dim_class(d_qk: int, d_v: int) -> tuple[int, int] | None:
+    """The smallest head-dim class that holds (d_qk, d_v), or None when no class does."""
+    for cq, cv in HEAD_DIM_CLASSES:
+        if d_qk == cq and d_v == cv:
+            return (cq, cv)
+    return None
