@@ -1,3 +1,28 @@
-"""ragged_attn: fused attention forward for ragged (THD) batches, compiled once per layout class."""
+"""ragged_attn: fused attention forward for ragged (THD) batches, compiled once per layout class.
+
+Public API (see each docstring for shapes, dtypes, units and errors):
+    attention(...)        the functional call (FlashAttention's varlen argument names)
+    plan(...) -> Plan     bind a call to its layout class; Plan.run(...) is the low-overhead path
+    layout_class_of(...)  the compile key a call would use (works on meta tensors, no GPU)
+    warmup(...)           compile or load kernels ahead of traffic
+    cache_info()          per-process compile counters
+    LayoutClass, Problem  the compile key and the checked call description
+Drop-in adapters: ragged_attn.compat.flashinfer, .flash_attn, .torch_varlen.
+"""
+
+from .api import Plan, attention, cache_info, layout_class_of, plan, warmup
+from .layout_class import LayoutClass
+from .problem import Problem
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "LayoutClass",
+    "Plan",
+    "Problem",
+    "attention",
+    "cache_info",
+    "layout_class_of",
+    "plan",
+    "warmup",
+]

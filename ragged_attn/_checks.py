@@ -1,0 +1,126 @@
+"""Small argument checks shared by the problem builder and the plan's run path.
+
+Every helper raises `TypeError` (wrong kind of object) or `ValueError` (right kind, wrong value),
+with a message that names the argument, what was expected and what came.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+# Bytes the TMA engine needs every base address and non-unit stride to be a multiple of.
+TMA_ALIGN_BYTES = 16
+
+KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+# float32 is served by the reference backend only (the kernels take fp16/bf16).
+INPUT_DTYPES = KERNEL_DTYPES + (torch.float32,)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def tensor(name: str, x, *, rank: int | tuple[int, ...]) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    ranks = (rank,) if isinstance(rank, int) else rank
+    if x.dim() not in ranks:
+        want = " or ".join(str(r) for r in ranks)
+        raise ValueError(f"{name}: expected a {want}-D tensor, got shape {tuple(x.shape)} ({x.dim()}-D)")
+    return x
+
+
+def dtype_in(name: str, x: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> None:
+    if x.dtype not in allowed:
+        names = ", ".join(dtype_name(d) for d in allowed)
+        raise TypeError(f"{name}: expected dtype in ({names}), got {dtype_name(x.dtype)}")
+
+
+def same_dtype(name: str, x: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    if x.dtype != ref.dtype:
+        raise TypeError(
+            f"{name}: expected the dtype of {ref_name} ({dtype_name(ref.dtype)}), got {dtype_name(x.dtype)}"
+        )
+
+
+def same_device(name: str, x: torch.Tensor, device: torch.device) -> None:
+    if x.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (the device of q), got one on {x.device}")
+
+
+def index_vector(name: str, x, *, length: int | None, device: torch.device) -> torch.Tensor:
+    """An int32 1-D metadata tensor (cu_seqlens, seqused) on q's device."""
+    x = tensor(name, x, rank=1)
+    if x.dtype != torch.int32:
+        raise TypeError(f"{name}: expected dtype int32, got {dtype_name(x.dtype)}")
+    same_device(name, x, device)
+    if length is not None and x.shape[0] != length:
+        raise ValueError(f"{name}: expected shape ({length},), got {tuple(x.shape)}")
+    if x.numel() > 1 and x.stride(0) != 1:
+        raise ValueError(f"{name}: expected a contiguous tensor, got stride {x.stride()}")
+    return x
+
+
+def last_dim_contiguous(name: str, x: torch.Tensor) -> None:
+    if x.shape[-1] > 1 and x.stride(-1) != 1:
+        raise ValueError(
+            f"{name}: expected the last dim (head_dim) to be contiguous (stride 1), got strides {x.stride()}"
+        )
+
+
+def tma_aligned(name: str, x: torch.Tensor) -> None:
+    """Base address and every non-unit stride a multiple of 16 bytes (what TMA requires)."""
+    item = x.element_size()
+    if x.data_ptr() % TMA_ALIGN_BYTES:
+        raise ValueError(
+            f"{name}: expected a data pointer aligned to {TMA_ALIGN_BYTES} bytes, got one at offset "
+            f"{x.data_ptr() % TMA_ALIGN_BYTES} (a view that starts mid-row?)"
+        )
+    for dim, (size, stride) in enumerate(zip(x.shape, x.stride())):
+        if size > 1 and stride != 1 and (stride * item) % TMA_ALIGN_BYTES:
+            raise ValueError(
+                f"{name}: expected every non-unit stride to be a multiple of {TMA_ALIGN_BYTES} bytes "
+                f"({TMA_ALIGN_BYTES // item} elements of {dtype_name(x.dtype)}), got stride {stride} "
+                f"in dim {dim} (strides {x.stride()})"
+            )
+
+
+def is_compact(x: torch.Tensor) -> bool:
+    """True when x covers a dense block of memory in some dim order (no gaps, no overlap)."""
+    dims = sorted((s, n) for n, s in zip(x.shape, x.stride()) if n > 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def python_int(name: str, x, *, minimum: int, allow_none: bool = True, why_not_tensor: str = "") -> int | None:
+    if x is None and allow_none:
+        return None
+    if isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a Python int, got a torch.Tensor{why_not_tensor}")
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name}: expected a Python int, got {type(x).__name__}")
+    if x < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {x}")
+    return int(x)
+
+
+def choice(name: str, x, allowed: tuple) -> None:
+    if isinstance(x, torch.Tensor) or x not in allowed:
+        raise ValueError(f"{name}: expected one of {allowed}, got {x!r}")
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when the memory spans of a and b intersect (conservative: spans, not exact elements)."""
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+    a_lo = a.data_ptr()
+    a_hi = a_lo + (sum((n - 1) * s for n, s in zip(a.shape, a.stride())) + 1) * a.element_size()
+    b_lo = b.data_ptr()
+    b_hi = b_lo + (sum((n - 1) * s for n, s in zip(b.shape, b.stride())) + 1) * b.element_size()
+    return a_lo < b_hi and b_lo < a_hi

@@ -1,0 +1,307 @@
+"""The public calls: `attention`, `plan` / `Plan.run`, `layout_class_of`, `warmup`, `cache_info`.
+
+Rules (DESIGN.md contract 3-5):
+- `attention` checks every argument (problem.build_problem) before anything is written.
+- backend="auto" runs the reference on CPU tensors and the GPU kernel on CUDA tensors; where the
+  kernel declines, NotImplementedError says why and points to backend="reference". Never a silent
+  slow path.
+- The kernel path reads no device memory back to the host and allocates only out / lse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from . import _checks as chk
+from . import backends
+from .layout_class import LayoutClass
+from .problem import Problem, Tensors, build_problem
+from .reference import run_reference
+
+
+def attention(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    *,
+    seqused_q=None,
+    seqused_k=None,
+    page_table=None,
+    kv_layout="NHD",
+    causal=False,
+    window_size=(-1, -1),
+    softmax_scale=None,
+    return_lse=False,
+    lse_layout="head_major",
+    lse_base="ln",
+    out=None,
+    lse=None,
+    backend="auto",
+):
+    """Attention forward over a ragged (THD) batch. Argument names follow FlashAttention's varlen API.
+
+    Shapes (tokens x heads x head_dim; B sequences):
+        q: (total_q, H_q, D_qk), float16 / bfloat16 (float32 on the reference backend only).
+        k, v: ragged (total_k, H_kv, D_qk) / (total_k, H_kv, D_v) with cu_seqlens_k; or page pools
+            with page_table: kv_layout "NHD" (num_pages, page_size, H_kv, D) as in FlashAttention and
+            vLLM, or "HND" (num_pages, H_kv, page_size, D) as in FlashInfer's cuDNN prefill.
+            Same dtype and device as q. H_q must be a multiple of H_kv (GQA: query head h reads kv
+            head h // (H_q / H_kv)). Head dims are multiples of 8, at most 256. The last dim of every
+            tensor is contiguous; for fp16/bf16, base addresses and other strides are multiples of
+            16 bytes (TMA's rule).
+        cu_seqlens_q, cu_seqlens_k: int32 (B + 1,) start offsets in tokens (prefix sums of lengths).
+        max_seqlen_q, max_seqlen_k: Python ints, upper bounds of the lengths (never tensors: that
+            would force a device-to-host sync). max_seqlen_q sizes the kernel's grid; without it
+            total_q is used (correct, more idle CTAs).
+        seqused_q, seqused_k: int32 (B,): rows used from each start when fewer than the gap to the
+            next start (FA3/FA4's names). For page pools, seqused_k (or cu_seqlens_k) gives the key
+            lengths. Output rows outside every sequence are left untouched (zero when allocated here).
+        page_table: int32 (B, max_pages), page ids into the pool (FlashInfer's block_tables).
+        causal: False, True (bottom-right aligned: query i of a sequence with lq queries and lk keys
+            sees key j iff j <= i + lk - lq, FlashAttention's convention) or "top_left" (j <= i).
+        window_size: (left, right), -1 unbounded, in the same frame: query i sees keys
+            [i + off - left, i + off + right] (off = lk - lq, or 0 for "top_left"). Causal fixes right = 0.
+        softmax_scale: float, default 1 / sqrt(D_qk).
+        return_lse: also return the log-sum-exp of the scaled scores per (query, head), float32.
+        lse_layout: "head_major" (H_q, total_q) as FlashAttention, "token_major" (total_q, H_q), or
+            "padded" (B, s_max, H_q) as FlashInfer's cuDNN prefill, with s_max = max_seqlen_q or
+            the passed buffer's extent; a passed buffer may store those axes in any compact dim
+            order. Padded rows past a sequence's length hold -inf.
+        lse_base: "ln" (natural log) or "log2" (FlashInfer's spelling).
+        out, lse: optional destinations (shapes above; out dtype = q dtype on the kernels).
+        backend: "auto" (reference on CPU tensors, the GPU kernel on CUDA tensors), "reference"
+            (exact PyTorch in float32, any device; reads lengths back to the host), or "cute".
+
+    Empty sequences and rows that see no key give O = 0 and LSE = -inf.
+
+    Returns:
+        out (total_q, H_q, D_v), or (out, lse) when return_lse.
+    Raises:
+        TypeError / ValueError: a bad argument (named in the message); nothing is written.
+        NotImplementedError: the kernel does not serve this valid problem (the message says why);
+            backend="reference" does.
+    """
+    chk.choice("backend", backend, backends.BACKENDS)
+    problem, tensors = build_problem(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout,
+        causal=causal, window_size=window_size, softmax_scale=softmax_scale, return_lse=return_lse,
+        lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse,
+    )  # fmt: skip
+    o, l_ = _run(problem, tensors, backend)
+    return (o, l_) if return_lse else o
+
+
+def _use_reference(problem: Problem, backend: str) -> bool:
+    return backend == "reference" or (backend == "auto" and problem.device.type != "cuda")
+
+
+def _run(problem: Problem, tensors: Tensors, backend: str):
+    if _use_reference(problem, backend):
+        return run_reference(problem, tensors)
+    layout_class = backends.check_support(problem)
+    return backends.launch_cute(layout_class, problem, tensors)
+
+
+def layout_class_of(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    *,
+    arch: str | None = None,
+    **options,
+) -> LayoutClass:
+    """The layout class (compile key) that `attention` with these arguments would run.
+
+    Same arguments as `attention` (minus out/lse/backend, which do not change the class), plus
+    `arch` ("sm_90a" by default, or the arch of q's CUDA device). Works on meta tensors, so
+    classes can be computed on a machine with no GPU.
+
+    Raises:
+        TypeError / ValueError: a bad argument, as `attention` would.
+        NotImplementedError: no kernel class serves this problem (the message says why).
+    """
+    for name in ("out", "lse", "backend"):
+        options.pop(name, None)
+    problem, _ = build_problem(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options)
+    if arch is None:
+        arch = backends.arch_of(problem.device)
+    return backends.layout_class_for(problem, arch)
+
+
+class Plan:
+    """A call bound to one layout class and one set of options; `run` is the low-overhead path.
+
+    Built by `ragged_attn.plan`. Options (causal, window, scale, LSE layout and base, kv_layout,
+    backend) are fixed at plan time; shapes, lengths, head counts and strides may change between
+    runs as long as the layout class stays the same.
+    """
+
+    def __init__(self, problem: Problem, backend: str, layout_class: LayoutClass | None, options: dict):
+        self.problem = problem
+        self.backend = backend
+        self.layout_class = layout_class
+        self._options = options
+
+    def __repr__(self) -> str:
+        return f"Plan(backend={self.backend!r}, layout_class={self.layout_class})"
+
+    def run(
+        self,
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k=None,
+        max_seqlen_q=None,
+        max_seqlen_k=None,
+        *,
+        seqused_q=None,
+        seqused_k=None,
+        page_table=None,
+        out=None,
+        lse=None,
+    ):
+        """Run the planned call on new tensors of the same layout.
+
+        Arguments as `attention`. On the kernel it checks only what can differ from the plan:
+        dtypes, ranks, devices and alignment (a mismatch is a ValueError/TypeError naming the
+        argument); the rest was checked at plan time.
+
+        Returns:
+            out, or (out, lse) when the plan returns the LSE.
+        """
+        if self.layout_class is None:
+            return attention(
+                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, out=out, lse=lse,
+                backend=self.backend, **self._options,
+            )  # fmt: skip
+        p = self.problem
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+            if x.dtype != p.dtype:
+                raise TypeError(f"{name}: expected dtype {chk.dtype_name(p.dtype)} (the plan's), got {chk.dtype_name(x.dtype)}")
+            if x.device != p.device:
+                raise ValueError(f"{name}: expected a tensor on {p.device} (the plan's device), got {x.device}")
+            if x.dim() != 3:
+                raise ValueError(f"{name}: expected a 3-D tensor, got shape {tuple(x.shape)}")
+            if x.stride(-1) != 1:
+                raise ValueError(f"{name}: expected the last dim to be contiguous, got strides {x.stride()}")
+            chk.tma_aligned(name, x)
+        for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+            if not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.device != p.device:
+                got = type(x).__name__ if not isinstance(x, torch.Tensor) else f"{x.dtype} on {x.device}"
+                raise TypeError(f"{name}: expected an int32 tensor on {p.device}, got {got}")
+        if isinstance(max_seqlen_q, torch.Tensor) or isinstance(max_seqlen_k, torch.Tensor):
+            raise TypeError("max_seqlen_q: expected a Python int, got a torch.Tensor (it would force a device-to-host sync)")
+        total_q, h_q, _ = q.shape
+        h_kv = k.shape[1]
+        if q.shape[2] != p.d_qk or v.shape[2] != p.d_v or k.shape[2] != p.d_qk:
+            raise ValueError(
+                f"q: expected head dims ({p.d_qk}, {p.d_v}) (the plan's), got q {q.shape[2]}, k {k.shape[2]}, v {v.shape[2]}"
+            )
+        if h_q % h_kv:
+            raise ValueError(f"k: expected H_kv to divide H_q = {h_q}, got H_kv = {h_kv}")
+        batch = cu_seqlens_q.shape[0] - 1
+        problem = _replace_runtime(p, total_q, h_q, h_kv, k.shape[0], batch, max_seqlen_q, max_seqlen_k)
+        if out is not None and (tuple(out.shape) != (total_q, h_q, p.d_v) or out.dtype != p.out_dtype):
+            raise ValueError(f"out: expected shape {(total_q, h_q, p.d_v)} and dtype {p.out_dtype}, got {tuple(out.shape)} {out.dtype}")
+        tensors = Tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, page_table, out, lse)
+        o, l_ = backends.launch_cute(self.layout_class, problem, tensors)
+        return (o, l_) if p.return_lse else o
+
+
+def _replace_runtime(p: Problem, total_q, h_q, h_kv, total_k, batch, max_seqlen_q, max_seqlen_k) -> Problem:
+    import dataclasses
+
+    s_max = p.lse_s_max
+    if p.return_lse and p.lse_layout == "padded":
+        s_max = max_seqlen_q if max_seqlen_q is not None else p.lse_s_max
+    return dataclasses.replace(
+        p, total_q=total_q, h_q=h_q, h_kv=h_kv, total_k=total_k, batch=batch,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, lse_s_max=s_max,
+    )  # fmt: skip
+
+
+def plan(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    *,
+    backend="auto",
+    **options,
+) -> Plan:
+    """Check a call once and bind it to its layout class (compiling the kernel now if needed).
+
+    Same arguments as `attention`; out/lse are not bound. Returns a `Plan` whose `run(...)` takes
+    tensors of the same layout with any shapes/lengths. Raises as `attention` does.
+    """
+    chk.choice("backend", backend, backends.BACKENDS)
+    for name in ("out", "lse"):
+        options.pop(name, None)
+    problem, _ = build_problem(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options)
+    if _use_reference(problem, backend):
+        return Plan(problem, backend, None, options)
+    layout_class = backends.check_support(problem)
+    from . import compile_cache
+    from .kernels import sm90
+
+    compile_cache.get_kernel(layout_class, sm90.compile_forward)
+    return Plan(problem, backend, layout_class, options)
+
+
+def warmup(problems_or_classes: Iterable, *, arch: str | None = None, progress: bool = True) -> list[LayoutClass]:
+    """Compile (or load from the persistent cache) the kernels for these classes ahead of traffic.
+
+    Args:
+        problems_or_classes: LayoutClass objects, or dicts of `layout_class_of` keyword arguments
+            (meta tensors are fine). Duplicates compile once.
+        arch: the target arch for dicts ("sm_90a" by default; compiling needs no GPU).
+        progress: show a tqdm bar.
+    Returns:
+        The distinct classes, in first-seen order.
+    Raises:
+        NotImplementedError: the CuTe DSL is not installed, or no kernel serves a problem.
+    """
+    from tqdm.auto import tqdm
+
+    classes: list[LayoutClass] = []
+    for item in problems_or_classes:
+        if isinstance(item, dict):
+            item = layout_class_of(**item, arch=arch or "sm_90a")
+        if not isinstance(item, LayoutClass):
+            raise TypeError(f"problems_or_classes: expected LayoutClass or dict items, got {type(item).__name__}")
+        if item not in classes:
+            classes.append(item)
+    reason = backends.cute_import_error()
+    if reason is not None:
+        raise NotImplementedError(reason)
+    from . import compile_cache
+    from .kernels import sm90
+
+    for layout_class in tqdm(classes, desc="ragged_attn warmup", disable=not progress, unit="class"):
+        compile_cache.get_kernel(layout_class, sm90.compile_forward)
+    return classes
+
+
+def cache_info():
+    """Per-process compile counters: compiles, memory hits, disk hits, compile seconds, classes."""
+    from . import compile_cache
+
+    return compile_cache.cache_info()

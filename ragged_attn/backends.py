@@ -1,0 +1,154 @@
+"""Which backend serves a problem, and the GPU kernel's side of the call.
+
+Contract "accept means run" (DESIGN.md rule 3): `check_support` either returns the layout class
+that will run the problem correctly, or raises NotImplementedError naming the reason and pointing
+to backend="reference". There is no silent fallback.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from . import _checks as chk
+from .layout_class import HEAD_DIM_CLASSES, LayoutClass, head_dim_class
+from .problem import Problem, Tensors
+
+BACKENDS = ("auto", "reference", "cute")
+_DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+_LN2 = math.log(2.0)
+_USE_REFERENCE = 'pass backend="reference" for the exact PyTorch path'
+
+
+@functools.lru_cache(maxsize=None)
+def cute_import_error() -> str | None:
+    """None when the CuTe DSL kernels import, else why not (a one-line reason)."""
+    try:
+        from .kernels import sm90  # noqa: F401
+    except ImportError as exc:  # the `cute` extra is not installed, or a DSL import failed
+        return f"the CuTe DSL kernels are not available ({exc}); install them with pip install 'ragged-attn[cute]'"
+    return None
+
+
+def arch_of(device: torch.device) -> str:
+    """The kernel arch string for a device: "sm_90a" for compute capability 9.0."""
+    if device.type != "cuda":
+        return "sm_90a"
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
+
+
+def layout_class_for(problem: Problem, arch: str = "sm_90a") -> LayoutClass:
+    """The layout class of a checked problem, or NotImplementedError naming why none serves it."""
+    if arch != "sm_90a":
+        raise NotImplementedError(f"arch: kernels exist for sm_90a (Hopper), got {arch}; {_USE_REFERENCE}")
+    if problem.dtype not in _DTYPE_NAMES:
+        raise NotImplementedError(
+            f"q: the kernels take float16/bfloat16, got {chk.dtype_name(problem.dtype)}; {_USE_REFERENCE}"
+        )
+    if problem.out_dtype != problem.dtype:
+        raise NotImplementedError(
+            f"out: the kernels write the input dtype ({chk.dtype_name(problem.dtype)}), got "
+            f"{chk.dtype_name(problem.out_dtype)}; {_USE_REFERENCE}"
+        )
+    dims = head_dim_class(problem.d_qk, problem.d_v)
+    if dims is None:
+        raise NotImplementedError(
+            f"head dims: kernels serve (d_qk, d_v) in {list(HEAD_DIM_CLASSES)}, got {(problem.d_qk, problem.d_v)}; "
+            f"{_USE_REFERENCE}"
+        )
+    return LayoutClass(
+        arch=arch,
+        d_qk=dims[0],
+        d_v=dims[1],
+        dtype=_DTYPE_NAMES[problem.dtype],
+        out_dtype=_DTYPE_NAMES[problem.out_dtype],
+        mask=problem.mask_family,
+        lse=problem.return_lse,
+        kv=problem.kv,
+    )
+
+
+def check_support(problem: Problem) -> LayoutClass:
+    """Whether the GPU kernel serves this problem on its device.
+
+    Returns:
+        The LayoutClass that will run it.
+    Raises:
+        NotImplementedError: with the reason (CPU tensors, GPU arch, DSL not installed, dtype,
+            head dims, paged KV not built yet), pointing to backend="reference".
+    """
+    if problem.device.type != "cuda":
+        raise NotImplementedError(
+            f"q: backend='cute' runs on CUDA tensors, got tensors on {problem.device}; {_USE_REFERENCE}"
+        )
+    layout_class = layout_class_for(problem, arch_of(problem.device))
+    reason = cute_import_error()
+    if reason is not None:
+        raise NotImplementedError(f"{reason}; {_USE_REFERENCE}")
+    if problem.kv == "paged":
+        raise NotImplementedError(f"page_table: paged KV on the kernel is not built yet; {_USE_REFERENCE}")
+    return layout_class
+
+
+def launch_cute(layout_class: LayoutClass, problem: Problem, t: Tensors) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run the sm90 kernel: allocate the outputs the caller did not pass, then launch on the current stream.
+
+    Reads no device memory and allocates nothing but out / lse.
+    """
+    from . import compile_cache
+    from .kernels import sm90
+
+    out = t.out
+    if out is None:
+        alloc = torch.zeros if problem.has_seqused_q else torch.empty
+        out = alloc((problem.total_q, problem.h_q, problem.d_v), dtype=problem.out_dtype, device=problem.device)
+    lse = t.lse
+    if problem.return_lse and lse is None:
+        lse = torch.empty(problem.lse_shape(), dtype=torch.float32, device=problem.device)
+    if problem.total_q == 0 or problem.batch == 0:
+        if lse is not None:
+            lse.fill_(-math.inf)
+        return out, lse
+    compiled = compile_cache.get_kernel(layout_class, sm90.compile_forward)
+    sm90.launch_forward(compiled, **kernel_arguments(problem, t, out, lse))
+    return out, lse
+
+
+def lse_strides(problem: Problem, lse: torch.Tensor | None) -> tuple[int, int, int, int]:
+    """(s_b, s_tok, s_row, s_h) in elements: lse[b*s_b + cu_seqlens_q[b]*s_tok + i*s_row + h*s_h]."""
+    if lse is None:
+        return (0, 0, 0, 0)
+    if problem.lse_layout == "head_major":  # (H_q, total_q)
+        return (0, lse.stride(1), lse.stride(1), lse.stride(0))
+    if problem.lse_layout == "token_major":  # (total_q, H_q)
+        return (0, lse.stride(0), lse.stride(0), lse.stride(1))
+    return (lse.stride(0), 0, lse.stride(1), lse.stride(2))  # padded (B, s_max, H_q)
+
+
+def kernel_arguments(problem: Problem, t: Tensors, out: torch.Tensor, lse: torch.Tensor | None) -> dict:
+    """The keyword arguments of `kernels.sm90.launch_forward` for a checked problem."""
+    left, right = problem.window
+    max_q = problem.max_seqlen_q if problem.max_seqlen_q is not None else problem.total_q
+    return dict(
+        q=t.q,
+        k=t.k,
+        v=t.v,
+        out=out,
+        lse=lse,
+        cu_seqlens_q=t.cu_seqlens_q,
+        cu_seqlens_k=t.cu_seqlens_k,
+        seqused_q=t.seqused_q,
+        seqused_k=t.seqused_k,
+        batch=problem.batch,
+        max_seqlen_q=max_q,
+        lse_s_max=problem.lse_s_max,
+        softmax_scale=problem.softmax_scale,
+        window_left=left,
+        window_right=right,
+        bottom_right=problem.alignment == "bottom_right",
+        lse_strides=lse_strides(problem, lse),
+        lse_base_is_log2=problem.lse_base == "log2",
+    )

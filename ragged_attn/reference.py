@@ -1,0 +1,195 @@
+"""The exact PyTorch implementation of the whole contract: the test oracle and the CPU backend.
+
+Float32 scores, softmax and P @ V whatever the input dtype, one sequence at a time, queries in
+chunks so long sequences fit in memory. It reads the lengths back to the host (`.tolist()`): it is
+the oracle, not the product path. Every value check happens before anything is written.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .problem import Problem, Tensors, build_problem
+
+LOG2_E = 1.0 / math.log(2.0)
+# Score elements (queries x keys x heads) materialised at once per chunk: 64 Mi floats = 256 MiB.
+_CHUNK_ELEMENTS = 1 << 26
+
+
+def allowed_keys(lq: int, lk: int, problem: Problem, device) -> torch.Tensor:
+    """(lq, lk) bool: query i may attend key j (causal / window in the problem's frame)."""
+    left, right = problem.window
+    offset = lk - lq if problem.alignment == "bottom_right" else 0
+    i = torch.arange(lq, device=device).unsqueeze(1) + offset
+    j = torch.arange(lk, device=device).unsqueeze(0)
+    ok = torch.ones(lq, lk, dtype=torch.bool, device=device)
+    if right >= 0:
+        ok &= j <= i + right
+    if left >= 0:
+        ok &= j >= i - left
+    return ok
+
+
+def _lengths(t: Tensors, problem: Problem) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Host lists: q starts, q lengths, k starts (ragged; 0 for paged), k lengths. Checks their values."""
+    cu_q = t.cu_seqlens_q.tolist()
+    b = problem.batch
+    for i in range(b):
+        if not 0 <= cu_q[i] <= cu_q[i + 1] <= problem.total_q:
+            raise ValueError(
+                f"cu_seqlens_q: expected non-decreasing offsets within [0, total_q = {problem.total_q}], "
+                f"got {cu_q[i]} then {cu_q[i + 1]} at sequence {i}"
+            )
+    len_q = [cu_q[i + 1] - cu_q[i] for i in range(b)]
+    if t.seqused_q is not None:
+        used = t.seqused_q.tolist()
+        for i in range(b):
+            if not 0 <= used[i] <= len_q[i]:
+                raise ValueError(
+                    f"seqused_q: expected 0 <= seqused_q[{i}] <= {len_q[i]} (the gap between starts), got {used[i]}"
+                )
+        len_q = used
+    if t.cu_seqlens_k is not None:
+        cu_k = t.cu_seqlens_k.tolist()
+        limit = problem.total_k if problem.kv == "ragged" else None
+        for i in range(b):
+            if cu_k[i] > cu_k[i + 1] or cu_k[i] < 0 or (limit is not None and cu_k[i + 1] > limit):
+                raise ValueError(
+                    f"cu_seqlens_k: expected non-decreasing offsets within [0, total_k = {problem.total_k}], "
+                    f"got {cu_k[i]} then {cu_k[i + 1]} at sequence {i}"
+                )
+        len_k = [cu_k[i + 1] - cu_k[i] for i in range(b)]
+    else:
+        cu_k, len_k = [0] * (b + 1), None
+    if t.seqused_k is not None:
+        used = t.seqused_k.tolist()
+        for i in range(b):
+            bound = len_k[i] if (len_k is not None and problem.kv == "ragged") else None
+            if used[i] < 0 or (bound is not None and used[i] > bound):
+                raise ValueError(f"seqused_k: expected 0 <= seqused_k[{i}] <= {bound}, got {used[i]}")
+        len_k = used
+    if problem.kv == "paged":
+        capacity = problem.max_pages_per_seq * problem.page_size
+        for i in range(b):
+            if len_k[i] > capacity:
+                raise ValueError(
+                    f"seqused_k: expected at most max_pages * page_size = {capacity} keys, got {len_k[i]} at sequence {i}"
+                )
+        cu_k = [0] * (b + 1)
+        for i in range(b):
+            pages = t.page_table[i, : (len_k[i] + problem.page_size - 1) // problem.page_size]
+            if pages.numel() and (pages.min() < 0 or pages.max() >= problem.num_pages):
+                raise ValueError(
+                    f"page_table: expected page ids in [0, {problem.num_pages}) for the pages sequence {i} "
+                    f"uses, got {pages.min().item()}..{pages.max().item()}"
+                )
+    for name, bound, lens in (("max_seqlen_q", problem.max_seqlen_q, len_q), ("max_seqlen_k", problem.max_seqlen_k, len_k)):
+        if bound is not None and lens and max(lens) > bound:
+            raise ValueError(f"{name}: expected an upper bound of the lengths, got {bound} < {max(lens)}")
+    return cu_q[:-1], len_q, cu_k[:-1], len_k
+
+
+def _gather_kv(t: Tensors, problem: Problem, b: int, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(length, H_kv, D) keys and values of sequence b."""
+    if problem.kv == "ragged":
+        return t.k[start : start + length], t.v[start : start + length]
+    ps = problem.page_size
+    n_pages = (length + ps - 1) // ps
+    pages = t.page_table[b, :n_pages].long()
+
+    def gather(pool: torch.Tensor) -> torch.Tensor:
+        if problem.kv_layout == "HND":
+            pool = pool.transpose(1, 2)  # -> (num_pages, page_size, H_kv, D)
+        return pool[pages].reshape(n_pages * ps, problem.h_kv, pool.shape[-1])[:length]
+
+    return gather(t.k), gather(t.v)
+
+
+def _lse_view(problem: Problem, lse: torch.Tensor, b: int, q_start: int, lq: int) -> torch.Tensor:
+    """The (lq, H_q) slice of the LSE buffer for sequence b."""
+    if problem.lse_layout == "head_major":
+        return lse[:, q_start : q_start + lq].t()
+    if problem.lse_layout == "token_major":
+        return lse[q_start : q_start + lq]
+    return lse[b, :lq]
+
+
+def run_reference(problem: Problem, t: Tensors) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Compute out (and lse) for a checked problem; writes only t.out / t.lse (allocated if None)."""
+    q_starts, len_q, k_starts, len_k = _lengths(t, problem)
+    out = t.out
+    if out is None:
+        alloc = torch.zeros if problem.has_seqused_q else torch.empty
+        out = alloc((problem.total_q, problem.h_q, problem.d_v), dtype=problem.out_dtype, device=problem.device)
+    lse = t.lse
+    if problem.return_lse and lse is None:
+        fill = -math.inf if problem.lse_layout == "padded" else 0.0
+        lse = torch.full(problem.lse_shape(), fill, dtype=torch.float32, device=problem.device)
+    elif lse is not None and problem.lse_layout == "padded":
+        lse.fill_(-math.inf)
+    lse_factor = 1.0 if problem.lse_base == "ln" else LOG2_E
+    ratio = problem.gqa_ratio
+    for b in range(problem.batch):
+        lq, lk = len_q[b], len_k[b]
+        if lq == 0:
+            continue
+        qs = q_starts[b]
+        keys, values = _gather_kv(t, problem, b, k_starts[b], lk)
+        kf = keys.float().repeat_interleave(ratio, dim=1).transpose(0, 1)  # (H_q, lk, D)
+        vf = values.float().repeat_interleave(ratio, dim=1).transpose(0, 1)  # (H_q, lk, Dv)
+        allowed = allowed_keys(lq, lk, problem, problem.device)
+        rows = max(1, _CHUNK_ELEMENTS // max(1, lk * problem.h_q))
+        for r0 in range(0, lq, rows):
+            r1 = min(lq, r0 + rows)
+            qf = t.q[qs + r0 : qs + r1].float().transpose(0, 1)  # (H_q, r, D)
+            scores = torch.matmul(qf, kf.transpose(1, 2)) * problem.softmax_scale  # (H_q, r, lk)
+            scores = scores.masked_fill(~allowed[r0:r1].unsqueeze(0), -math.inf)
+            row_lse = torch.logsumexp(scores, dim=-1)  # (H_q, r), -inf for rows that see no key
+            finite = torch.isfinite(row_lse)
+            probs = torch.exp(scores - torch.where(finite, row_lse, 0.0).unsqueeze(-1))
+            o = torch.matmul(probs, vf)  # (H_q, r, Dv); rows that see no key are exactly 0
+            out[qs + r0 : qs + r1] = o.transpose(0, 1).to(out.dtype)
+            if lse is not None:
+                _lse_view(problem, lse, b, qs, lq)[r0:r1] = (row_lse * lse_factor).t()
+    return out, lse
+
+
+def attention_reference(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    *,
+    seqused_q=None,
+    seqused_k=None,
+    page_table=None,
+    kv_layout="NHD",
+    causal=False,
+    window_size=(-1, -1),
+    softmax_scale=None,
+    return_lse=False,
+    lse_layout="head_major",
+    lse_base="ln",
+    out=None,
+    lse=None,
+):
+    """`ragged_attn.attention` computed by PyTorch in float32, on any device (CPU included).
+
+    Same arguments, shapes and conventions as `ragged_attn.attention`. Unlike the kernels, it
+    reads cu_seqlens / seqused / page_table back to the host (one sync per call) and checks their
+    values (ValueError for offsets out of order or out of range, lengths above max_seqlen_*,
+    page ids outside the pool). Fully masked rows and empty key ranges give O = 0, LSE = -inf.
+    """
+    problem, tensors = build_problem(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout,
+        causal=causal, window_size=window_size, softmax_scale=softmax_scale, return_lse=return_lse,
+        lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse,
+    )  # fmt: skip
+    o, l_ = run_reference(problem, tensors)
+    return (o, l_) if return_lse else o
