@@ -1,0 +1,14 @@
+"""sm_90a (Hopper) ragged attention forward kernel, CuTe DSL.
+
+Entry points:
+- `compile_forward(layout_class) -> compiled`: one compile per `LayoutClass`; works without a GPU
+  (CUTE_DSL_ARCH=sm_90a). The result is a TVM-FFI function (`export_to_c` / `load_module` ready).
+- `launch_forward(compiled, *, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q,
+  seqused_k, batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right,
+  bottom_right, lse_strides, lse_base_is_log2)`: launch on torch's current stream, no checks.
+See launch.py for argument semantics and forward.py for the kernel's structure.
+"""
+
+from .launch import COMPILED_ARGS, compile_forward, launch_forward
+
+__all__ = ["COMPILED_ARGS", "compile_forward", "launch_forward"]

@@ -1,0 +1,99 @@
+"""Key-block range arithmetic for one (m_block, sequence) tile: which n_blocks to visit, which to mask.
+
+Frame (FlashAttention's): with off = len_k - len_q (bottom-right alignment) or 0 (top-left),
+query row i sees key column j iff
+    j < len_k  and  (no left bound  or j >= i + off - left)  and  (no right bound or j <= i + off + right).
+Causal is right = 0 with no left bound. Unbounded sides are encoded as `UNBOUNDED` (a large
+positive window) so one formula serves every family; it keeps `i + off +/- UNBOUNDED` inside int32
+for any total length below 2**29 tokens.
+
+The visited key blocks [n_block_min, n_block_max) are the union over the tile's valid rows
+[m_block * tile_m, min((m_block + 1) * tile_m, len_q)); an empty range means every row of the tile
+sees no key (O = 0, LSE = -inf). A block needs the element-wise mask only when it crosses len_k or
+one of the window edges of some row of the tile (`needs_mask`); interior blocks run unmasked.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, const_expr
+
+UNBOUNDED = 1 << 29
+
+
+class BlockInfo:
+    """Trace-time flags (`has_left`, `has_right`) pick the family; the numbers are run time."""
+
+    def __init__(
+        self,
+        tile_m: int,
+        tile_n: int,
+        has_left: bool,
+        has_right: bool,
+        m_block: Int32,
+        len_q: Int32,
+        len_k: Int32,
+        off: Int32,
+        left: Int32,
+        right: Int32,
+    ):
+        self.tile_m = tile_m
+        self.tile_n = tile_n
+        self.has_left = has_left
+        self.has_right = has_right
+        self.m_block = m_block
+        self.len_q = len_q
+        self.len_k = len_k
+        self.off = off
+        self.left = left
+        self.right = right
+
+    _dynamic = ("m_block", "len_q", "len_k", "off", "left", "right")
+
+    # Device values travel through runtime loops as a flat list of IR values.
+    def __extract_mlir_values__(self):
+        return [v for name in self._dynamic for v in cutlass.extract_mlir_values(getattr(self, name))]
+
+    def __new_from_mlir_values__(self, values):
+        dyn = [Int32(v) for v in values]
+        return BlockInfo(self.tile_m, self.tile_n, self.has_left, self.has_right, *dyn)
+
+    @cute.jit
+    def n_block_range(self):
+        """(n_block_min, n_block_max): key blocks any valid row of this tile may see."""
+        n_block_max = (self.len_k + (self.tile_n - 1)) // self.tile_n
+        n_block_min = Int32(0)
+        if const_expr(self.has_right):
+            row_last = cutlass.min((self.m_block + 1) * self.tile_m, self.len_q) - 1
+            col_end = cutlass.max(row_last + self.off + self.right + 1, 0)  # exclusive
+            n_block_max = cutlass.min(n_block_max, (col_end + (self.tile_n - 1)) // self.tile_n)
+        if const_expr(self.has_left):
+            col_begin = cutlass.max(self.m_block * self.tile_m + self.off - self.left, 0)
+            n_block_min = col_begin // self.tile_n
+        return n_block_min, n_block_max
+
+    @cute.jit
+    def needs_mask(self, n_block: Int32) -> cutlass.Boolean:
+        """True when some element of block (m_block, n_block) is masked for some row of the tile."""
+        col_first = n_block * self.tile_n
+        col_last = col_first + (self.tile_n - 1)
+        need = col_last >= self.len_k
+        if const_expr(self.has_right):
+            need = need | (col_last > self.m_block * self.tile_m + self.off + self.right)
+        if const_expr(self.has_left):
+            need = need | (col_first < (self.m_block + 1) * self.tile_m - 1 + self.off - self.left)
+        return need
+
+
+def block_range_ref(tile_m, tile_n, m_block, len_q, len_k, off, left, right):
+    """Pure-Python twin of `BlockInfo.n_block_range` (left/right None = unbounded), for tests."""
+    n_max = -(-len_k // tile_n)
+    n_min = 0
+    if right is not None:
+        row_last = min((m_block + 1) * tile_m, len_q) - 1
+        col_end = max(row_last + off + right + 1, 0)
+        n_max = min(n_max, -(-col_end // tile_n))
+    if left is not None:
+        n_min = max(m_block * tile_m + off - left, 0) // tile_n
+    return n_min, n_max

@@ -1,0 +1,623 @@
+"""The sm_90a ragged attention forward kernel: TMA loads, WGMMA, fp32 online softmax.
+
+Structure (one CTA = one (m_block, query head, sequence) tile; FA4's Hopper forward taught it):
+- 3 warpgroups, 384 threads. Warpgroup 0 is the producer: its warp 0 issues TMA loads of Q
+  (1-stage pipeline) and of K and V (two `PipelineTmaAsync`s, `num_stages` deep), walking the key
+  blocks from the last one down. Warpgroups 1 and 2 each own 64 of the tile_m = 128 query rows:
+  S = Q K^T (SS WGMMA), mask on boundary blocks, online softmax, O += P V (RS WGMMA, P stays in
+  registers), then the epilogue (O through smem, 128-bit row-predicated stores; LSE per row).
+- Grid (m_blocks, H_q, B), m_blocks = ceil(max(max_seqlen_q, lse_s_max) / tile_m), visited in
+  reverse so causal tiles with the most work start first. A tile whose first row is past len_q
+  computes nothing; it only writes -inf into padded LSE rows [len_q, lse_s_max).
+- Non-packed GQA: query head h reads key/value head h // (H_q // H_kv), the ratio read from the
+  tensor extents at run time.
+- Every number is run time (lengths, heads, strides, scale, window, alignment, LSE addressing);
+  compile-time choices are only those of the `LayoutClass` (dims, dtypes, mask family, LSE, KV).
+
+Contract rules for this module (tests/gpu/test_kernel_sm90.py checks them):
+1. Rows past len_q are never stored; key columns past len_k never reach the softmax.
+2. Fully masked rows (len_k = 0, window misses) give O = 0 and LSE = -inf, never NaN.
+3. Padded LSE rows in [len_q, lse_s_max) hold -inf after the launch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_helpers
+from cutlass import Float32, Int32, Int64, const_expr
+from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+from .block_info import UNBOUNDED, BlockInfo
+from .mask import apply_mask
+from .seqlen_info import SeqlenInfo
+from .softmax import OnlineSoftmax, acc_as_operand_a, acc_rows_view, rescale_rows
+
+LOG2_E = math.log2(math.e)
+EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
+
+
+def make_smem_layout(dtype, rows: int, cols: int, stages: Optional[int] = None):
+    """K-major swizzled smem layout for a (rows, cols[, stages]) WGMMA operand tile."""
+    kind = sm90_helpers.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, dtype, cols)
+    atom = warpgroup.make_smem_layout_atom(kind, dtype)
+    if stages is None:
+        return cute.tile_to_shape(atom, (rows, cols), (0, 1))
+    return cute.tile_to_shape(atom, (rows, cols, stages), (0, 1, 2))
+
+
+class RaggedForwardSm90:
+    """One instance per layout class; `__call__` is the `@cute.jit` host entry."""
+
+    num_mma_warpgroups = 2
+    producer_regs = 24
+    mma_regs = 240  # 24 * 128 + 240 * 256 = 64512 <= 65536 registers per SM
+
+    def __init__(
+        self,
+        dtype,
+        out_dtype,
+        d_qk: int,
+        d_v: int,
+        mask: str,
+        has_lse: bool,
+        tile_m: int = 128,
+        tile_n: int = 128,
+        num_stages: int = 2,
+    ):
+        assert mask in ("none", "causal", "window")
+        assert tile_m == 64 * self.num_mma_warpgroups
+        self.dtype = dtype
+        self.out_dtype = out_dtype
+        self.d_qk = d_qk
+        self.d_v = d_v
+        self.mask = mask
+        self.has_lse = has_lse
+        self.tile_m = tile_m
+        self.tile_n = tile_n
+        self.num_stages = num_stages
+        self.has_right = mask in ("causal", "window")
+        self.has_left = mask == "window"
+        self.num_mma_threads = 128 * self.num_mma_warpgroups
+        self.num_threads = 128 + self.num_mma_threads
+
+    # ------------------------------------------------------------------ host side
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (total_q, H_q, d_qk)
+        mK: cute.Tensor,  # (total_k, H_kv, d_qk)
+        mV: cute.Tensor,  # (total_k, H_kv, d_v)
+        mO: cute.Tensor,  # (total_q, H_q, d_v)
+        mLSE: Optional[cute.Tensor],  # (span,) fp32, addressed through the lse_s_* strides
+        mCuSeqlensQ: cute.Tensor,  # (B + 1,) int32
+        mCuSeqlensK: cute.Tensor,  # (B + 1,) int32
+        mSeqUsedQ: cute.Tensor,  # (B,) int32 or a dummy
+        mSeqUsedK: cute.Tensor,  # (B,) int32 or a dummy
+        use_seqused_q: Int32,
+        use_seqused_k: Int32,
+        batch: Int32,
+        max_seqlen_q: Int32,
+        lse_s_max: Int32,  # padded LSE rows per sequence (0 unless the LSE layout is padded)
+        softmax_scale: Float32,
+        window_left: Int32,  # < 0: unbounded (window family only)
+        window_right: Int32,  # < 0: unbounded (window family only)
+        bottom_right: Int32,  # != 0: off = len_k - len_q, else 0
+        lse_s_b: Int64,
+        lse_s_tok: Int64,
+        lse_s_row: Int64,
+        lse_s_h: Int64,
+        lse_scale: Float32,  # ln 2 for natural-log LSE, 1.0 for log2
+        stream: cuda.CUstream,
+    ):
+        # Sequence first, head last, as TMA wants: (total, d, h).
+        mQt = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[0, 2, 1]))
+        mKt = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[0, 2, 1]))
+        mVt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[0, 2, 1]))
+
+        sQ_layout = make_smem_layout(self.dtype, self.tile_m, self.d_qk)
+        sK_layout = make_smem_layout(self.dtype, self.tile_n, self.d_qk, self.num_stages)
+        sV_layout = make_smem_layout(self.dtype, self.tile_n, self.d_v, self.num_stages)
+        sO_layout = make_smem_layout(self.out_dtype, self.tile_m, self.d_v)
+
+        tiled_mma_qk = sm90_helpers.make_trivial_tiled_mma(
+            self.dtype,
+            self.dtype,
+            cute.nvgpu.OperandMajorMode.K,
+            cute.nvgpu.OperandMajorMode.K,
+            Float32,
+            atom_layout_mnk=(self.tile_m // 64, 1, 1),
+            tiler_mn=(64, self.tile_n),
+        )
+        tiled_mma_pv = sm90_helpers.make_trivial_tiled_mma(
+            self.dtype,
+            self.dtype,
+            cute.nvgpu.OperandMajorMode.K,
+            cute.nvgpu.OperandMajorMode.MN,
+            Float32,
+            atom_layout_mnk=(self.tile_m // 64, 1, 1),
+            tiler_mn=(64, self.d_v),
+            a_source=warpgroup.OperandSource.RMEM,
+        )
+
+        load_op = cpasync.CopyBulkTensorTileG2SOp()
+        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load_op, mQt, sQ_layout, (self.tile_m, self.d_qk))
+        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(
+            load_op, mKt, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.d_qk)
+        )
+        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(
+            load_op, mVt, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.d_v)
+        )
+        self.bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
+        self.bytes_k = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
+        self.bytes_v = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
+
+        # O: smem -> registers -> 128-bit global stores, `threads_per_row` threads per 64 columns.
+        elems = 128 // self.out_dtype.width
+        threads_per_row = 64 // elems  # one 128-byte swizzle row of 16-bit elements
+        o_thr_layout = cute.make_ordered_layout(
+            (self.num_mma_threads // threads_per_row, threads_per_row), order=(1, 0)
+        )
+        gmem_tiled_copy_O = cute.make_tiled_copy_tv(
+            cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.out_dtype, num_bits_per_copy=128),
+            o_thr_layout,
+            cute.make_layout((1, elems)),
+        )
+
+        @cute.struct
+        class SharedStorage:
+            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
+            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
+            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+            sO: cute.struct.Align[cute.struct.MemRange[self.out_dtype, cute.cosize(sO_layout)], 1024]
+
+        num_m_blocks = (cutlass.max(max_seqlen_q, lse_s_max) + (self.tile_m - 1)) // self.tile_m
+        scale_log2 = softmax_scale * Float32(LOG2_E)
+        self.kernel(
+            tma_Q,
+            tma_K,
+            tma_V,
+            mO,
+            mLSE,
+            mCuSeqlensQ,
+            mCuSeqlensK,
+            mSeqUsedQ,
+            mSeqUsedK,
+            tma_atom_Q,
+            tma_atom_K,
+            tma_atom_V,
+            use_seqused_q,
+            use_seqused_k,
+            lse_s_max,
+            scale_log2,
+            window_left,
+            window_right,
+            bottom_right,
+            lse_s_b,
+            lse_s_tok,
+            lse_s_row,
+            lse_s_h,
+            lse_scale,
+            sQ_layout,
+            sK_layout,
+            sV_layout,
+            sO_layout,
+            tiled_mma_qk,
+            tiled_mma_pv,
+            gmem_tiled_copy_O,
+            SharedStorage,
+        ).launch(
+            grid=[num_m_blocks, cute.size(mQ.shape[1]), batch],
+            block=[self.num_threads, 1, 1],
+            stream=stream,
+            min_blocks_per_mp=1,
+        )
+
+    # ------------------------------------------------------------------ device side
+    @cute.kernel
+    def kernel(
+        self,
+        tma_Q: cute.Tensor,  # TMA coordinates over (total_q, d_qk, H_q)
+        tma_K: cute.Tensor,  # TMA coordinates over (total_k, d_qk, H_kv)
+        tma_V: cute.Tensor,  # TMA coordinates over (total_k, d_v, H_kv)
+        mO: cute.Tensor,  # (total_q, H_q, d_v)
+        mLSE: Optional[cute.Tensor],
+        mCuSeqlensQ: cute.Tensor,
+        mCuSeqlensK: cute.Tensor,
+        mSeqUsedQ: cute.Tensor,
+        mSeqUsedK: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        use_seqused_q: Int32,
+        use_seqused_k: Int32,
+        lse_s_max: Int32,
+        scale_log2: Float32,
+        window_left: Int32,
+        window_right: Int32,
+        bottom_right: Int32,
+        lse_s_b: Int64,
+        lse_s_tok: Int64,
+        lse_s_row: Int64,
+        lse_s_h: Int64,
+        lse_scale: Float32,
+        sQ_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        sO_layout: cute.ComposedLayout,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        gmem_tiled_copy_O: cute.TiledCopy,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        bidx, head_idx, batch_idx = cute.arch.block_idx()
+        num_m_blocks, _, _ = cute.arch.grid_dim()
+        m_block = Int32(num_m_blocks) - 1 - Int32(bidx)  # longest causal tiles first
+        if warp_idx == 0:
+            cpasync.prefetch_descriptor(tma_atom_Q)
+            cpasync.prefetch_descriptor(tma_atom_K)
+            cpasync.prefetch_descriptor(tma_atom_V)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        one_warp = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        # PipelineTmaAsync.consumer_release arrives once per consumer warp.
+        mma_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads // 32)
+        pipe_q = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_q.data_ptr(),
+            num_stages=1,
+            producer_group=one_warp,
+            consumer_group=mma_warps,
+            tx_count=self.bytes_q,
+            defer_sync=True,
+        )
+        pipe_k = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_k.data_ptr(),
+            num_stages=self.num_stages,
+            producer_group=one_warp,
+            consumer_group=mma_warps,
+            tx_count=self.bytes_k,
+            defer_sync=True,
+        )
+        pipe_v = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_v.data_ptr(),
+            num_stages=self.num_stages,
+            producer_group=one_warp,
+            consumer_group=mma_warps,
+            tx_count=self.bytes_v,
+            defer_sync=True,
+        )
+        pipeline.pipeline_init_arrive()
+
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
+        # V^T view (d_v, tile_n, stages) for the B operand of O += P V.
+        sVt = cute.composition(
+            sV, cute.make_ordered_layout((self.d_v, self.tile_n, self.num_stages), order=(1, 0, 2))
+        )
+
+        seqlen = SeqlenInfo.create(
+            batch_idx, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k
+        )
+        off = Int32(0)
+        if const_expr(self.has_right):
+            if bottom_right != 0:
+                off = seqlen.len_k - seqlen.len_q
+        left = Int32(UNBOUNDED)
+        right = Int32(0)
+        if const_expr(self.mask == "window"):
+            if window_left >= 0:
+                left = window_left
+            right = Int32(UNBOUNDED)
+            if window_right >= 0:
+                right = window_right
+        block_info = BlockInfo(
+            self.tile_m,
+            self.tile_n,
+            self.has_left,
+            self.has_right,
+            m_block,
+            seqlen.len_q,
+            seqlen.len_k,
+            off,
+            left,
+            right,
+        )
+        tile_valid = m_block * self.tile_m < seqlen.len_q
+        pipeline.pipeline_init_wait()
+
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(self.producer_regs)
+            if warp_idx == 0:
+                if tile_valid:
+                    self.load(
+                        tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
+                        pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx,
+                    )
+        else:
+            cute.arch.setmaxregister_increase(self.mma_regs)
+            tidx = cute.arch.thread_idx()[0] - 128
+            if tile_valid:
+                self.mma(
+                    tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, sQ, sK, sVt, sO, mO, mLSE,
+                    pipe_q, pipe_k, pipe_v, seqlen, block_info, tidx, m_block, head_idx, batch_idx,
+                    scale_log2, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
+                )
+            else:
+                if const_expr(self.has_lse):
+                    # Padded LSE rows of a tile past len_q: only -inf to write.
+                    if tidx < self.tile_m:
+                        row = m_block * self.tile_m + tidx
+                        if row < lse_s_max:
+                            idx = self.lse_index(
+                                seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h
+                            )
+                            mLSE[idx] = -Float32.inf
+
+    @cute.jit
+    def lse_index(self, seqlen, batch_idx, head_idx, row, s_b, s_tok, s_row, s_h) -> Int64:
+        """lse[b * s_b + cu_seqlens_q[b] * s_tok + row * s_row + h * s_h] (element units)."""
+        return (
+            Int64(batch_idx) * s_b
+            + Int64(seqlen.offset_q) * s_tok
+            + Int64(row) * s_row
+            + Int64(head_idx) * s_h
+        )
+
+    # ------------------------------------------------------------------ producer warp
+    @cute.jit
+    def load(
+        self,
+        tma_Q: cute.Tensor,
+        tma_K: cute.Tensor,
+        tma_V: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        pipe_q: pipeline.PipelineTmaAsync,
+        pipe_k: pipeline.PipelineTmaAsync,
+        pipe_v: pipeline.PipelineTmaAsync,
+        seqlen: SeqlenInfo,
+        block_info: BlockInfo,
+        m_block: Int32,
+        head_idx: Int32,
+    ):
+        ratio = cute.size(tma_Q.shape[2]) // cute.size(tma_K.shape[2])
+        head_kv = head_idx // ratio
+        gQ = cute.local_tile(
+            cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
+            (self.tile_m, self.d_qk),
+            (m_block, 0),
+        )
+        gK = cute.local_tile(
+            cute.domain_offset((seqlen.offset_k, 0), tma_K[None, None, head_kv]),
+            (self.tile_n, self.d_qk),
+            (None, 0),
+        )
+        gV = cute.local_tile(
+            cute.domain_offset((seqlen.offset_k, 0), tma_V[None, None, head_kv]),
+            (self.tile_n, self.d_v),
+            (None, 0),
+        )
+        tQsQ, tQgQ = cpasync.tma_partition(
+            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
+        )
+        tKsK, tKgK = cpasync.tma_partition(
+            tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2)
+        )
+        tVsV, tVgV = cpasync.tma_partition(
+            tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2)
+        )
+        n_block_min, n_block_max = block_info.n_block_range()
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        has_blocks = n_block_max > n_block_min
+        if has_blocks:
+            pipe_k.producer_acquire(kv_state)
+            cute.copy(
+                tma_atom_K,
+                tKgK[None, n_block_max - 1],
+                tKsK[None, kv_state.index],
+                tma_bar_ptr=pipe_k.producer_get_barrier(kv_state),
+            )
+        pipe_q.producer_acquire(q_state)
+        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        if has_blocks:
+            pipe_v.producer_acquire(kv_state)
+            cute.copy(
+                tma_atom_V,
+                tVgV[None, n_block_max - 1],
+                tVsV[None, kv_state.index],
+                tma_bar_ptr=pipe_v.producer_get_barrier(kv_state),
+            )
+            kv_state.advance()
+            for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
+                n_block = n_block_max - 2 - i
+                pipe_k.producer_acquire(kv_state)
+                cute.copy(
+                    tma_atom_K,
+                    tKgK[None, n_block],
+                    tKsK[None, kv_state.index],
+                    tma_bar_ptr=pipe_k.producer_get_barrier(kv_state),
+                )
+                pipe_v.producer_acquire(kv_state)
+                cute.copy(
+                    tma_atom_V,
+                    tVgV[None, n_block],
+                    tVsV[None, kv_state.index],
+                    tma_bar_ptr=pipe_v.producer_get_barrier(kv_state),
+                )
+                kv_state.advance()
+
+    # ------------------------------------------------------------------ MMA warpgroups
+    @cute.jit
+    def mma(
+        self,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        gmem_tiled_copy_O: cute.TiledCopy,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sVt: cute.Tensor,
+        sO: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: Optional[cute.Tensor],
+        pipe_q: pipeline.PipelineTmaAsync,
+        pipe_k: pipeline.PipelineTmaAsync,
+        pipe_v: pipeline.PipelineTmaAsync,
+        seqlen: SeqlenInfo,
+        block_info: BlockInfo,
+        tidx: Int32,
+        m_block: Int32,
+        head_idx: Int32,
+        batch_idx: Int32,
+        scale_log2: Float32,
+        lse_s_max: Int32,
+        lse_s_b: Int64,
+        lse_s_tok: Int64,
+        lse_s_row: Int64,
+        lse_s_h: Int64,
+        lse_scale: Float32,
+    ):
+        wg_idx = cute.arch.make_warp_uniform(tidx // 128)
+        thr_mma_qk = tiled_mma_qk.get_slice(tidx)
+        wg_mma_qk = tiled_mma_qk.get_slice(wg_idx * 128)
+        wg_mma_pv = tiled_mma_pv.get_slice(wg_idx * 128)
+        tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
+        tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
+        tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
+        tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
+        acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.d_v)), Float32)
+        acc_S_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
+        tScS = thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
+
+        softmax = OnlineSoftmax(scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]))
+        softmax.reset()
+        acc_O.fill(0.0)
+
+        n_block_min, n_block_max = block_info.n_block_range()
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        pipe_q.consumer_wait(q_state)
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            # S = Q K^T
+            pipe_k.consumer_wait(kv_state)
+            acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
+            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False)
+            pipe_k.consumer_release(kv_state)
+            if block_info.needs_mask(n_block):
+                apply_mask(
+                    acc_S, tScS, m_block, n_block, self.tile_m, self.tile_n, self.has_left,
+                    self.has_right, seqlen.len_k, block_info.off, block_info.left, block_info.right,
+                )
+            row_scale = softmax.step(acc_S)
+            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+            rescale_rows(acc_O, row_scale)
+            # O += P V
+            pipe_v.consumer_wait(kv_state)
+            self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
+            pipe_v.consumer_release(kv_state)
+            kv_state.advance()
+
+        row_scale = softmax.finalize()
+        rescale_rows(acc_O, row_scale)
+        self.epilogue(
+            acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
+            m_block, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
+        )
+
+    @cute.jit
+    def gemm(
+        self,
+        tiled_mma: cute.TiledMma,
+        acc: cute.Tensor,
+        tCrA: cute.Tensor,
+        tCrB: cute.Tensor,
+        accumulate: cutlass.Constexpr[bool],
+    ):
+        """acc (+)= A B over the K modes of one warpgroup's fragments; waits for completion."""
+        warpgroup.fence()
+        atom = cute.make_mma_atom(tiled_mma.op)  # fresh atom: its ACCUMULATE field is mutated
+        atom.set(warpgroup.Field.ACCUMULATE, accumulate)
+        for k in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
+            cute.gemm(atom, acc, tCrA[None, None, k], tCrB[None, None, k], acc)
+            atom.set(warpgroup.Field.ACCUMULATE, True)
+        warpgroup.commit_group()
+        warpgroup.wait_group(0)
+
+    # ------------------------------------------------------------------ epilogue
+    @cute.jit
+    def epilogue(
+        self,
+        acc_O: cute.Tensor,
+        lse2: cute.Tensor,  # (rows per thread,) log2-domain LSE or -inf
+        tiled_mma_pv: cute.TiledMma,
+        gmem_tiled_copy_O: cute.TiledCopy,
+        sO: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: Optional[cute.Tensor],
+        seqlen: SeqlenInfo,
+        tidx: Int32,
+        m_block: Int32,
+        head_idx: Int32,
+        batch_idx: Int32,
+        lse_s_max: Int32,
+        lse_s_b: Int64,
+        lse_s_tok: Int64,
+        lse_s_row: Int64,
+        lse_s_h: Int64,
+        lse_scale: Float32,
+    ):
+        rO = cute.make_rmem_tensor_like(acc_O, self.out_dtype)
+        rO.store(acc_O.load().to(self.out_dtype))
+        smem_copy = cute.make_tiled_copy_C(
+            cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.out_dtype),
+            tiled_mma_pv,
+        ).get_slice(tidx)
+        cute.copy(smem_copy, smem_copy.retile(rO), smem_copy.partition_D(sO))
+
+        rows_left = seqlen.len_q - m_block * self.tile_m  # > 0 here
+        if const_expr(self.has_lse):
+            cO = cute.make_identity_tensor((self.tile_m, self.d_v))
+            tOcO = acc_rows_view(tiled_mma_pv.get_slice(tidx).partition_C(cO))
+            if tOcO[0, 0][1] == 0:  # the thread of each quad that holds column 0
+                for r in cutlass.range_constexpr(cute.size(tOcO, mode=[0])):
+                    row_in_tile = tOcO[r, 0][0]
+                    row = m_block * self.tile_m + row_in_tile
+                    idx = self.lse_index(seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
+                    if row_in_tile < rows_left:
+                        mLSE[idx] = lse2[r] * lse_scale
+                    elif row < lse_s_max:
+                        mLSE[idx] = -Float32.inf
+
+        cute.arch.barrier(barrier_id=EPILOGUE_BARRIER_ID, number_of_threads=self.num_mma_threads)
+        gmem_copy = gmem_tiled_copy_O.get_slice(tidx)
+        tOsO = gmem_copy.partition_S(sO)
+        tOrO = cute.make_fragment_like(tOsO, self.out_dtype)
+        cute.autovec_copy(tOsO, tOrO)
+        gO = cute.local_tile(
+            cute.domain_offset((seqlen.offset_q, 0), mO[None, head_idx, None]),
+            (self.tile_m, self.d_v),
+            (m_block, 0),
+        )
+        tOgO = gmem_copy.partition_D(gO)
+        tOcO_g = gmem_copy.partition_S(cute.make_identity_tensor((self.tile_m, self.d_v)))
+        for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
+            if tOcO_g[0, rm, 0][0] < rows_left:
+                cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None])

@@ -1,0 +1,146 @@
+"""Compile one kernel per `LayoutClass` (fake tensors, symbolic extents) and launch it.
+
+`compile_forward` needs no GPU (set CUTE_DSL_ARCH=sm_90a on a CPU box); it returns the TVM-FFI
+compiled function, which supports `export_to_c(obj_path, function_name)` and reloads through
+`cute.runtime.load_module(path, enable_tvm_ffi=True)`. `launch_forward` only reorders arguments
+and builds a 1-D view of the LSE buffer: no checks, no device-to-host reads, no allocation; the
+kernel runs on torch's current stream (TVM-FFI environment stream).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ragged_attn.layout_class import LayoutClass
+
+# Argument order of the compiled function (the stream is implicit, taken from torch).
+COMPILED_ARGS = (
+    "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
+    "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
+    "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
+    "lse_scale",
+)
+
+LN2 = math.log(2.0)
+
+
+def _cutlass_dtype(name: str):
+    import cutlass
+
+    return {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}[name]
+
+
+def kernel_for(layout_class: LayoutClass):
+    """The kernel object for a class (tile config chosen here, per class)."""
+    from .forward import RaggedForwardSm90
+
+    return RaggedForwardSm90(
+        dtype=_cutlass_dtype(layout_class.dtype),
+        out_dtype=_cutlass_dtype(layout_class.out_dtype),
+        d_qk=layout_class.d_qk,
+        d_v=layout_class.d_v,
+        mask=layout_class.mask,
+        has_lse=layout_class.lse,
+        tile_m=128,
+        tile_n=128,
+        num_stages=2,
+    )
+
+
+def compile_forward(layout_class: LayoutClass, extra_options: str = ""):
+    """Compile the forward kernel of `layout_class` for sm_90a; returns the TVM-FFI function.
+
+    Raises NotImplementedError for kv="paged" (a later issue) and ValueError for another arch.
+    `extra_options` is appended to the DSL options (e.g. "remarks{ptx}" prints ptxas usage).
+    """
+    if layout_class.arch != "sm_90a":
+        raise ValueError(f"compile_forward: sm90 kernels serve arch 'sm_90a', got {layout_class.arch!r}")
+    if layout_class.kv == "paged":
+        raise NotImplementedError("compile_forward: paged KV is not implemented yet for sm_90a")
+
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass import Float32, Int32, Int64
+
+    kernel = kernel_for(layout_class)
+    dt = _cutlass_dtype(layout_class.dtype)
+    odt = _cutlass_dtype(layout_class.out_dtype)
+
+    def stride64():
+        return cute.sym_int64(divisibility=8)
+
+    total_q, total_k = cute.sym_int(), cute.sym_int()
+    h_q, h_kv = cute.sym_int(), cute.sym_int()
+    fake = cute.runtime.make_fake_tensor
+    q = fake(dt, (total_q, h_q, layout_class.d_qk), (stride64(), stride64(), 1), assumed_align=16)
+    k = fake(dt, (total_k, h_kv, layout_class.d_qk), (stride64(), stride64(), 1), assumed_align=16)
+    v = fake(dt, (total_k, h_kv, layout_class.d_v), (stride64(), stride64(), 1), assumed_align=16)
+    out = fake(odt, (total_q, h_q, layout_class.d_v), (stride64(), stride64(), 1), assumed_align=16)
+    lse = fake(Float32, (cute.sym_int(),), (1,), assumed_align=4) if layout_class.lse else None
+    cu_q = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
+    cu_k = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
+    su_q = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
+    su_k = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
+    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+    options = ("--enable-tvm-ffi " + extra_options).strip()
+    return cute.compile(
+        kernel,
+        q, k, v, out, lse, cu_q, cu_k, su_q, su_k,
+        Int32(0), Int32(0), Int32(1), Int32(1), Int32(0), Float32(1.0),
+        Int32(-1), Int32(-1), Int32(1),
+        Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2),
+        stream,
+        options=options,
+    )
+
+
+def launch_forward(
+    compiled,
+    *,
+    q,
+    k,
+    v,
+    out,
+    lse,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    seqused_q,
+    seqused_k,
+    batch: int,
+    max_seqlen_q: int,
+    lse_s_max: int,
+    softmax_scale: float,
+    window_left: int,
+    window_right: int,
+    bottom_right: bool,
+    lse_strides=(0, 0, 0, 0),
+    lse_base_is_log2: bool = False,
+):
+    """Launch `compiled` on torch's current stream. The caller has checked everything.
+
+    q (total_q, H_q, d_qk), k/v (total_k, H_kv, d), out (total_q, H_q, d_v): torch tensors with a
+    unit last stride, 16-byte aligned, other strides multiples of 8 elements. lse: float32 tensor
+    of any shape (or None for a no-LSE class); element (row i of sequence b, head h) sits at
+    lse.flatten-index b*s_b + cu_seqlens_q[b]*s_tok + i*s_row + h*s_h relative to lse's first
+    element, with lse_strides = (s_b, s_tok, s_row, s_h) in elements. lse_s_max: rows per
+    sequence of a padded LSE (rows [len_q, lse_s_max) get -inf), 0 for token/head-major layouts.
+    seqused_q/seqused_k: (B,) int32 or None. window_left/right: -1 = unbounded (window class
+    only; the causal class ignores them). bottom_right: causal/window alignment.
+    max_seqlen_q: an upper bound of the query lengths (sizes the grid).
+    """
+    lse_flat = None
+    if lse is not None:
+        span = 1 + sum((n - 1) * s for n, s in zip(lse.shape, lse.stride()) if n > 0)
+        lse_flat = lse.as_strided((span,), (1,))
+    s_b, s_tok, s_row, s_h = lse_strides
+    compiled(
+        q, k, v, out, lse_flat, cu_seqlens_q, cu_seqlens_k,
+        seqused_q if seqused_q is not None else cu_seqlens_q,
+        seqused_k if seqused_k is not None else cu_seqlens_k,
+        1 if seqused_q is not None else 0,
+        1 if seqused_k is not None else 0,
+        batch, max_seqlen_q, lse_s_max, float(softmax_scale),
+        int(window_left), int(window_right), 1 if bottom_right else 0,
+        s_b, s_tok, s_row, s_h,
+        1.0 if lse_base_is_log2 else LN2,
+    )
