@@ -1,0 +1,63 @@
+"""torch's `torch.nn.attention.varlen.varlen_attn`, served by ragged_attn (torch 2.11's argument order)."""
+
+from __future__ import annotations
+
+from ..api import attention
+
+
+def varlen_attn(
+    query,
+    key,
+    value,
+    cu_seq_q,
+    cu_seq_k,
+    max_q,
+    max_k,
+    *,
+    return_aux=None,
+    scale=None,
+    window_size=(-1, -1),
+    enable_gqa=False,
+    seqused_k=None,
+    block_table=None,
+    num_splits=None,
+    is_causal=False,
+    backend="auto",
+):
+    """`torch.nn.attention.varlen.varlen_attn` on ragged_attn.
+
+    Args (torch's names): query (T_q, H_q, D); key, value (T_k, H_kv, D) or page pools
+        (total_pages, page_size, H_kv, D) with block_table (N, max_pages) int32 and seqused_k (N,);
+        cu_seq_q, cu_seq_k int32 (N + 1,); max_q, max_k Python ints; scale (default 1/sqrt(D));
+        window_size (left, right): (-1, 0) is causal, (W, 0) causal with a window of W, all
+        bottom-right aligned (FlashAttention's frame, as torch's FA2 backend);
+        return_aux: an object with a truthy `.lse` (torch's AuxRequest) to also get the LSE.
+        enable_gqa: required (as in torch) when H_q != H_kv.
+        num_splits: accepted; ragged_attn never splits KV, so results are batch-invariant anyway.
+        is_causal: torch 2.9-2.10's spelling of window_size=(-1, 0).
+        backend: ragged_attn's backend choice ("auto", "reference", "cute").
+    Returns:
+        output (T_q, H_q, D), or (output, lse) with lse float32 (H_q, T_q), natural log (what
+        torch's FA2 path returns; its docstring says (T_q, H_q), its kernels and fake say (H_q, T_q)).
+    Raises:
+        ValueError: H_q != H_kv without enable_gqa, or H_q not a multiple of H_kv; otherwise as
+            `ragged_attn.attention`.
+    """
+    h_q = query.shape[1] if hasattr(query, "shape") and len(query.shape) == 3 else None
+    h_kv = None
+    if hasattr(key, "shape"):
+        h_kv = key.shape[2] if block_table is not None and len(key.shape) == 4 else (key.shape[1] if len(key.shape) >= 2 else None)
+    if h_q is not None and h_kv is not None and h_q != h_kv and not enable_gqa:
+        raise ValueError(
+            f"key: expected H_kv = H_q = {h_q} heads (pass enable_gqa=True for grouped-query attention), got {h_kv}"
+        )
+    want_lse = bool(return_aux is not None and getattr(return_aux, "lse", False))
+    causal = bool(is_causal) or tuple(window_size) == (-1, 0)
+    window = (-1, -1) if causal and tuple(window_size) == (-1, 0) else tuple(window_size)
+    if causal and window[1] == -1:
+        window = (window[0], 0)
+    return attention(
+        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k,
+        seqused_k=seqused_k, page_table=block_table, kv_layout="NHD", causal=causal, window_size=window,
+        softmax_scale=scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln", backend=backend,
+    )  # fmt: skip
