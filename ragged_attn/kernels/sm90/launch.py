@@ -127,7 +127,19 @@ def launch_forward(
     seqused_q/seqused_k: (B,) int32 or None. window_left/right: -1 = unbounded (window class
     only; the causal class ignores them). bottom_right: causal/window alignment.
     max_seqlen_q: an upper bound of the query lengths (sizes the grid).
+    Empty packed tensors (total_q == 0 or total_k == 0) are served with torch fills on the current
+    stream (the whole out/lse buffers), since TMA descriptors cannot describe an empty extent.
     """
+    if batch == 0 or q.shape[1] == 0 or max(max_seqlen_q, lse_s_max) == 0:
+        return
+    if q.shape[0] == 0 or k.shape[0] == 0:
+        # TMA descriptors need non-empty extents. No queries: only padded LSE rows remain (all
+        # past len_q = 0). No keys: every row sees nothing, O = 0 and LSE = -inf.
+        if lse is not None and (lse_s_max > 0 or q.shape[0] > 0):
+            lse.fill_(float("-inf"))
+        if q.shape[0] > 0:
+            out.zero_()
+        return
     lse_flat = None
     if lse is not None:
         span = 1 + sum((n - 1) * s for n, s in zip(lse.shape, lse.stride()) if n > 0)

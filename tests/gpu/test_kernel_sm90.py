@@ -1,0 +1,334 @@
+"""GPU tests of the sm_90a forward kernel against a float32 per-sequence PyTorch reference.
+
+Every case poisons out/LSE with NaN, draws fresh random inputs, launches under
+`torch.cuda.set_sync_debug_mode("error")`, and checks |out - ref| <= 2e-2 + 2e-2 |ref|, LSE within
+1e-2 (in its base), -inf for empty rows and padded LSE rows, and that rows outside every used
+sequence range stay untouched. Kernels come from `compile_forward` once per layout class (or from
+objects exported by tools/prebuild_sm90.py when RAGGED_ATTN_SM90_PREBUILT names their folder).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections import Counter
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sm_90a)"),
+]
+
+from ragged_attn.layout_class import LayoutClass  # noqa: E402
+
+_COMPILED: dict = {}
+COMPILES: Counter = Counter()
+TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def compiled_for(lc: LayoutClass):
+    if lc not in _COMPILED:
+        COMPILES[lc] += 1
+        prebuilt = os.environ.get("RAGGED_ATTN_SM90_PREBUILT", "")
+        path = os.path.join(prebuilt, lc.name + ".o")
+        if prebuilt and os.path.exists(path):
+            import cutlass.cute as cute
+
+            _COMPILED[lc] = getattr(cute.runtime.load_module(path, enable_tvm_ffi=True), "fwd")
+        else:
+            from ragged_attn.kernels.sm90 import compile_forward
+
+            _COMPILED[lc] = compile_forward(lc)
+    return _COMPILED[lc]
+
+
+# ----------------------------------------------------------------------------- reference
+def reference(q, k, v, starts_q, lens_q, starts_k, lens_k, scale, mask, left, right, bottom_right):
+    """Per-sequence float32 attention. Returns out (total_q, H, dv) fp32 (NaN outside sequences)
+    and natural-log LSE (total_q, H) (NaN outside sequences, -inf for rows that see no key)."""
+    total_q, hq, _ = q.shape
+    hkv = k.shape[1]
+    out = torch.full((total_q, hq, v.shape[2]), float("nan"), device=q.device)
+    lse = torch.full((total_q, hq), float("nan"), device=q.device)
+    for sq, lq, sk, lk in zip(starts_q, lens_q, starts_k, lens_k):
+        if lq == 0:
+            continue
+        qs = q[sq : sq + lq].float().transpose(0, 1)  # (H, lq, d)
+        ks = k[sk : sk + lk].float().repeat_interleave(hq // hkv, dim=1).transpose(0, 1)
+        vs = v[sk : sk + lk].float().repeat_interleave(hq // hkv, dim=1).transpose(0, 1)
+        s = torch.matmul(qs, ks.transpose(1, 2)) * scale  # (H, lq, lk)
+        i = torch.arange(lq, device=q.device)[:, None]
+        j = torch.arange(lk, device=q.device)[None, :]
+        off = (lk - lq) if bottom_right else 0
+        allowed = torch.ones(lq, lk, dtype=torch.bool, device=q.device)
+        if mask == "causal":
+            allowed &= j <= i + off
+        elif mask == "window":
+            if left >= 0:
+                allowed &= j >= i + off - left
+            if right >= 0:
+                allowed &= j <= i + off + right
+        s = s.masked_fill(~allowed, float("-inf"))
+        row_lse = torch.logsumexp(s, dim=-1) if lk > 0 else torch.full((hq, lq), float("-inf"), device=q.device)
+        p = torch.exp(s - row_lse[..., None]).nan_to_num(0.0) if lk > 0 else s.new_zeros(hq, lq, 0)
+        o = torch.matmul(p, vs) if lk > 0 else torch.zeros(hq, lq, v.shape[2], device=q.device)
+        out[sq : sq + lq] = o.transpose(0, 1)
+        lse[sq : sq + lq] = row_lse.transpose(0, 1)
+    return out, lse
+
+
+# ----------------------------------------------------------------------------- one case
+def run_case(c: dict, lc_cache=None):
+    from ragged_attn.kernels.sm90 import launch_forward
+
+    dev = "cuda"
+    g = torch.Generator(device="cpu").manual_seed(c.get("seed", 0))
+    lens_q, lens_k = c["lens_q"], c["lens_k"]
+    B = len(lens_q)
+    hq, hkv, d = c["hq"], c["hkv"], c["d"]
+    dt = TORCH_DTYPE[c["dtype"]]
+    mask = c["mask"]
+    lse_layout = c.get("lse", "token")  # none/token/head/padded
+    seqused = c.get("seqused", False)
+    # Slots: with seqused the cu_seqlens gaps are longer than the used lengths.
+    extra_q = [random.Random(c.get("seed", 0) + 7 * i).randint(0, 5) if seqused else 0 for i in range(B)]
+    extra_k = [random.Random(c.get("seed", 0) + 11 * i).randint(0, 9) if seqused else 0 for i in range(B)]
+    slots_q = [a + b for a, b in zip(lens_q, extra_q)]
+    slots_k = [a + b for a, b in zip(lens_k, extra_k)]
+    cu_q = [0]
+    for n in slots_q:
+        cu_q.append(cu_q[-1] + n)
+    cu_k = [0]
+    for n in slots_k:
+        cu_k.append(cu_k[-1] + n)
+    total_q, total_k = cu_q[-1], cu_k[-1]
+    pad = c.get("pad_stride", 0)  # extra elements after each head row: non-compact strides
+
+    def rand(n, h, dd):
+        buf = torch.randn(max(n, 1), h, dd + pad, generator=g).to(dt).to(dev)
+        return buf[:n, :, :dd]
+
+    q, k, v = rand(total_q, hq, d), rand(total_k, hkv, d), rand(total_k, hkv, d)
+    out = torch.full((max(total_q, 1), hq, d), float("nan"), dtype=TORCH_DTYPE[c.get("out_dtype", c["dtype"])], device=dev)[:total_q]
+    cu_q_t = torch.tensor(cu_q, dtype=torch.int32, device=dev)
+    cu_k_t = torch.tensor(cu_k, dtype=torch.int32, device=dev)
+    su_q = torch.tensor(lens_q, dtype=torch.int32, device=dev) if seqused else None
+    su_k = torch.tensor(lens_k, dtype=torch.int32, device=dev) if seqused else None
+    scale = c.get("scale", 1.0 / math.sqrt(d))
+    log2_base = c.get("log2", False)
+    s_max = 0
+    lse = None
+    strides = (0, 0, 0, 0)
+    if lse_layout == "token":
+        lse = torch.full((max(total_q, 1), hq), float("nan"), device=dev)[:total_q]
+        strides = (0, hq, hq, 1)
+    elif lse_layout == "head":
+        lse = torch.full((hq, max(total_q, 1)), float("nan"), device=dev)
+        strides = (0, 1, 1, lse.stride(0))
+    elif lse_layout == "padded":
+        s_max = max(lens_q + [0]) + c.get("s_extra", 3)
+        order = c.get("order", (0, 2, 1))  # physical order of logical axes (B, H, S)
+        phys_shape = [(B, hq, s_max)[a] for a in order]
+        buf = torch.full(phys_shape, float("nan"), device=dev)
+        lse = buf.permute([order.index(a) for a in range(3)])  # logical (B, H, S) view
+        strides = (lse.stride(0), 0, lse.stride(2), lse.stride(1))
+    lc = LayoutClass("sm_90a", d, d, c["dtype"], c.get("out_dtype", c["dtype"]), mask, lse is not None, "ragged")
+    fn = compiled_for(lc)
+    max_seqlen_q = max(lens_q + [0]) + c.get("msq_extra", 0)
+    left, right = c.get("left", -1), c.get("right", -1)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        launch_forward(
+            fn, q=q, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu_q_t, cu_seqlens_k=cu_k_t,
+            seqused_q=su_q, seqused_k=su_k, batch=B, max_seqlen_q=max_seqlen_q, lse_s_max=s_max,
+            softmax_scale=scale, window_left=left, window_right=right,
+            bottom_right=c.get("bottom_right", True), lse_strides=strides, lse_base_is_log2=log2_base,
+        )
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    ref_o, ref_lse = reference(
+        q, k, v, cu_q[:-1], lens_q, cu_k[:-1], lens_k, scale, mask, left, right, c.get("bottom_right", True)
+    )
+    check(out, lse, ref_o, ref_lse, lse_layout, cu_q, lens_q, s_max, log2_base, B, hq)
+
+
+def check(out, lse, ref_o, ref_lse, lse_layout, cu_q, lens_q, s_max, log2_base, B, hq):
+    valid = ~torch.isnan(ref_o[:, 0, 0]) if ref_o.shape[0] else torch.zeros(0, dtype=torch.bool)
+    o = out.float()
+    assert not torch.isnan(o[valid]).any(), "NaN in a valid output row"
+    err = (o[valid] - ref_o[valid]).abs()
+    tol = 2e-2 + 2e-2 * ref_o[valid].abs()
+    assert (err <= tol).all(), f"out mismatch: max err {err.max().item():.4g}"
+    assert torch.isnan(o[~valid]).all(), "a row outside every used sequence was written"
+    if lse is None:
+        return
+    base = 1.0 / math.log(2.0) if log2_base else 1.0
+    want = ref_lse * base  # (total_q, H)
+    if lse_layout == "token":
+        got = lse
+    elif lse_layout == "head":
+        got = lse[:, : want.shape[0]].transpose(0, 1)
+    else:
+        got = torch.full_like(want, float("nan"))
+        for b in range(B):
+            n = lens_q[b]
+            got[cu_q[b] : cu_q[b] + n] = lse[b, :, :n].transpose(0, 1)
+            tail = lse[b, :, n:s_max]
+            assert torch.isneginf(tail).all(), f"padded LSE rows past len_q of sequence {b} are not -inf"
+    gv, wv = got[valid], want[valid]
+    assert not torch.isnan(gv).any(), "NaN in a valid LSE entry"
+    inf_w = torch.isinf(wv)
+    assert torch.equal(torch.isinf(gv), inf_w), "LSE -inf pattern differs from the reference"
+    lerr = (gv[~inf_w] - wv[~inf_w]).abs()
+    assert lerr.numel() == 0 or lerr.max().item() <= 1e-2, f"LSE mismatch: max err {lerr.max().item():.4g}"
+    if lse_layout != "padded":
+        assert torch.isnan(got[~valid]).all(), "an LSE entry outside every used sequence was written"
+
+
+# ----------------------------------------------------------------------------- cases
+def _random_case(i: int) -> dict:
+    r = random.Random(1000 + i)
+    d = r.choice([64, 128])
+    hkv = r.choice([1, 2, 4, 8])
+    ratio = r.choice([1, 2, 3, 4, 5, 6, 7, 8])
+    while hkv * ratio > 64:
+        hkv //= 2
+    hkv = max(hkv, 1)
+    B = r.choice([1, 2, 3, 5, 8])
+    maxlen = r.choice([16, 130, 300, 600])
+    lens_q = [r.randint(0, maxlen) for _ in range(B)]
+    mask = r.choice(["none", "causal", "causal_tl", "window"])
+    same = r.random() < 0.4
+    lens_k = list(lens_q) if same else [r.randint(0, maxlen) for _ in range(B)]
+    c = dict(
+        seed=i, lens_q=lens_q, lens_k=lens_k, hq=hkv * ratio, hkv=hkv, d=d,
+        dtype="fp16" if r.random() < 0.25 else "bf16",
+        mask="causal" if mask == "causal_tl" else mask, bottom_right=mask != "causal_tl",
+        lse=r.choice(["token", "head", "padded"]), log2=r.random() < 0.3,
+        seqused=r.random() < 0.2, pad_stride=r.choice([0, 0, 8]),
+    )
+    if c["lse"] == "padded":
+        c["order"] = r.choice([(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)])
+    if mask == "window":
+        c["left"] = r.choice([-1, 0, 17, 64, 200])
+        c["right"] = r.choice([-1, 0, 5, 128])
+        c["bottom_right"] = r.random() < 0.5
+    return c
+
+
+def _cid(c):
+    return (
+        f"B{len(c['lens_q'])}-h{c['hq']}x{c['hkv']}-d{c['d']}-{c['dtype']}-{c['mask']}"
+        f"{'' if c.get('bottom_right', True) else 'TL'}-lse_{c.get('lse', 'token')}"
+    )
+
+
+RANDOM_CASES = [_random_case(i) for i in range(220)]
+
+
+@pytest.mark.parametrize("case", RANDOM_CASES, ids=[f"r{i}-{_cid(c)}" for i, c in enumerate(RANDOM_CASES)])
+def test_random(case):
+    run_case(case)
+
+
+def _base(**kw):
+    c = dict(seed=5, hq=8, hkv=2, d=128, dtype="bf16", mask="causal", lse="token")
+    c.update(kw)
+    return c
+
+
+NAMED = {
+    "empty_first_middle_last": _base(lens_q=[0, 70, 0, 129, 0], lens_k=[0, 90, 33, 129, 5]),
+    "empty_k_rows_zero": _base(lens_q=[5, 64, 3], lens_k=[0, 0, 7], mask="none", lse="padded"),
+    "total_q_lt_batch": _base(lens_q=[0, 1, 0, 0, 2, 0, 0, 0], lens_k=[3, 4, 0, 9, 5, 1, 2, 3]),
+    "causal_q_gt_k_br": _base(lens_q=[300, 130], lens_k=[100, 7], lse="padded"),
+    "causal_q_gt_k_tl": _base(lens_q=[300, 130], lens_k=[100, 7], bottom_right=False),
+    "window_333_q300_k4096": _base(lens_q=[300], lens_k=[4096], mask="window", left=333, right=-1, hq=4, hkv=4),
+    "window_333_q300_k4096_tl": _base(lens_q=[300], lens_k=[4096], mask="window", left=333, right=-1, bottom_right=False),
+    "kv_not_tile_multiple": _base(lens_q=[129, 255], lens_k=[257, 383], mask="none", d=64),
+    "single_query_rows": _base(lens_q=[1, 1, 1, 1], lens_k=[1, 500, 129, 0], lse="head"),
+    "single_query_window": _base(lens_q=[1, 1], lens_k=[700, 64], mask="window", left=10, right=0),
+    "window_both_sides": _base(lens_q=[400], lens_k=[400], mask="window", left=50, right=70, d=64),
+    "window_misses_all": _base(lens_q=[10], lens_k=[500], mask="window", left=0, right=0, bottom_right=False, lse="padded"),
+    "h64_ratio8_long": _base(lens_q=[600, 590], lens_k=[600, 1000], hq=64, hkv=8),
+    "fp16_out_bf16_in": _base(lens_q=[77], lens_k=[200], out_dtype="fp16"),
+    "no_lse_causal": _base(lens_q=[200, 31], lens_k=[250, 40], lse="none"),
+    "no_lse_none": _base(lens_q=[200, 31], lens_k=[250, 40], lse="none", mask="none", d=64),
+    "seqused_padded_lse": _base(lens_q=[50, 0, 140], lens_k=[60, 10, 0], seqused=True, lse="padded"),
+    "grid_upper_bound": _base(lens_q=[10, 200], lens_k=[30, 200], msq_extra=300, lse="padded", s_extra=0),
+    "padded_smax_beyond_grid": _base(lens_q=[10, 20], lens_k=[30, 200], lse="padded", s_extra=400),
+    "log2_base": _base(lens_q=[100], lens_k=[300], log2=True, lse="head"),
+    "scale_large": _base(lens_q=[100], lens_k=[300], scale=0.5, mask="none"),
+}
+
+
+@pytest.mark.parametrize("name", list(NAMED))
+def test_named(name):
+    run_case(NAMED[name])
+
+
+def test_one_compile_across_shapes():
+    lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "ragged")
+    before = COMPILES[lc]
+    r = random.Random(3)
+    for i in range(12):
+        B = r.randint(1, 6)
+        hkv = r.choice([1, 2, 4])
+        c = _base(
+            seed=100 + i, lens_q=[r.randint(0, 400) for _ in range(B)],
+            lens_k=[r.randint(0, 400) for _ in range(B)], hkv=hkv, hq=hkv * r.randint(1, 6),
+            lse=r.choice(["token", "head", "padded"]), pad_stride=r.choice([0, 8]),
+        )
+        run_case(c)
+    assert COMPILES[lc] - before <= 1 and COMPILES[lc] == 1, f"compiled {COMPILES[lc]} times"
+
+
+def test_cuda_graph_replay_new_lengths():
+    from ragged_attn.kernels.sm90 import launch_forward
+
+    lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "ragged")
+    fn = compiled_for(lc)
+    dev, hq, hkv, d, B, cap_q, cap_k = "cuda", 8, 2, 128, 3, 600, 900
+    q = torch.randn(cap_q, hq, d, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(cap_k, hkv, d, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(cap_k, hkv, d, device=dev, dtype=torch.bfloat16)
+    out = torch.full((cap_q, hq, d), float("nan"), device=dev, dtype=torch.bfloat16)
+    lse = torch.full((cap_q, hq), float("nan"), device=dev)
+    cu_q = torch.tensor([0, 100, 250, 300], dtype=torch.int32, device=dev)
+    cu_k = torch.tensor([0, 150, 300, 420], dtype=torch.int32, device=dev)
+    kw = dict(
+        q=q, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, seqused_q=None,
+        seqused_k=None, batch=B, max_seqlen_q=cap_q, lse_s_max=0, softmax_scale=d**-0.5,
+        window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
+    )
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        launch_forward(fn, **kw)  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch_forward(fn, **kw)
+    for lens_q, lens_k in (([100, 150, 50], [150, 150, 120]), ([0, 599, 1], [7, 880, 13]), ([200, 0, 200], [1, 5, 800])):
+        new_q = [0]
+        for n in lens_q:
+            new_q.append(new_q[-1] + n)
+        new_k = [0]
+        for n in lens_k:
+            new_k.append(new_k[-1] + n)
+        cu_q.copy_(torch.tensor(new_q, dtype=torch.int32))
+        cu_k.copy_(torch.tensor(new_k, dtype=torch.int32))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        q.normal_()
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_o, ref_lse = reference(
+            q[: new_q[-1]], k, v, new_q[:-1], lens_q, new_k[:-1], lens_k, d**-0.5, "causal", -1, -1, True
+        )
+        tq = new_q[-1]
+        check(out[:tq], lse[:tq], ref_o, ref_lse, "token", new_q, lens_q, 0, False, B, hq)
