@@ -1,0 +1,41 @@
+"""`python -m ragged_attn {info,demo,bench}`."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"info": _info, "demo": _demo, "bench": _bench}
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        print("usage: python -m ragged_attn {info,demo,bench} [options]\n")
+        print("  info   versions, GPU and arch, backends available, cache directory")
+        print("  demo   embed real sentences with all-MiniLM-L6-v2, attention packed (THD) vs padded")
+        print("  bench  ragged_attn beside FA4, cuDNN and torch on named workloads")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    return commands[argv[0]](argv[1:])
+
+
+def _info(argv: list[str]) -> int:
+    from .info import collect
+
+    for key, value in collect().items():
+        print(f"{key:>18}: {value}")
+    return 0
+
+
+def _demo(argv: list[str]) -> int:
+    from . import demo
+
+    return demo.main(argv)
+
+
+def _bench(argv: list[str]) -> int:
+    from . import bench
+
+    return bench.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The layout class is the only compile key: golden snapshot + property test (meta tensors, no GPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ragged_attn
+from ragged_attn import LayoutClass, layout_class_of
+
+GOLDEN = Path(__file__).parent / "golden_layout_classes.json"
+
+
+def meta_call(*, total_q=100, total_k=120, h_q=8, h_kv=2, d=128, d_v=None, batch=3, dtype=torch.bfloat16,
+              row_pad_q=0, row_pad_k=0, **options):
+    d_v = d if d_v is None else d_v
+    q = torch.empty(total_q, h_q, d + row_pad_q, dtype=dtype, device="meta")[..., :d]
+    k = torch.empty(total_k, h_kv, d + row_pad_k, dtype=dtype, device="meta")[..., :d]
+    v = torch.empty(total_k, h_kv, d_v, dtype=dtype, device="meta")
+    cu = torch.empty(batch + 1, dtype=torch.int32, device="meta")
+    return dict(q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu, **options)
+
+
+# The calls whose classes the golden file records: every family the kernels serve today.
+SNAPSHOT_CALLS = {
+    f"d{d}-{dt}-{name}": dict(d=d, dtype=dtype, **opts)
+    for d in (64, 128)
+    for dt, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16))
+    for name, opts in {
+        "full": {},
+        "causal": dict(causal=True),
+        "causal-top-left-lse": dict(causal="top_left", return_lse=True),
+        "window-lse-padded": dict(window_size=(128, 0), return_lse=True, lse_layout="padded", max_seqlen_q=64),
+    }.items()
+}
+
+
+def current_snapshot() -> dict:
+    return {name: layout_class_of(**meta_call(**call)).as_dict() for name, call in SNAPSHOT_CALLS.items()}
+
+
+def test_golden_snapshot_of_layout_classes():
+    """A change of the compile key is a visible diff. Regenerate with RAGGED_ATTN_UPDATE_GOLDEN=1."""
+    import os
+
+    snapshot = current_snapshot()
+    if os.environ.get("RAGGED_ATTN_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n")
+    assert snapshot == json.loads(GOLDEN.read_text())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    total_q=st.integers(0, 5000),
+    total_k=st.integers(0, 5000),
+    batch=st.integers(0, 300),
+    h_kv=st.integers(1, 16),
+    ratio=st.integers(1, 8),
+    row_pad_q=st.sampled_from([0, 8, 64]),
+    row_pad_k=st.sampled_from([0, 16]),
+    scale=st.one_of(st.none(), st.floats(1e-3, 10.0)),
+    left=st.integers(0, 4096),
+    right=st.integers(0, 4096),
+    lse_base=st.sampled_from(["ln", "log2"]),
+    lse_layout=st.sampled_from(["head_major", "token_major", "padded"]),
+    s_max=st.integers(0, 9000),
+    max_k=st.one_of(st.none(), st.integers(0, 9000)),
+    alignment=st.sampled_from([True, "top_left"]),
+)
+def test_runtime_facts_never_change_the_class(total_q, total_k, batch, h_kv, ratio, row_pad_q, row_pad_k, scale,
+                                              left, right, lse_base, lse_layout, s_max, max_k, alignment):
+    """Batch, lengths, H_q, H_kv (ratio), strides, scale, window sizes, LSE base/layout/s_max: runtime."""
+    common = dict(total_q=total_q, total_k=total_k, batch=batch, h_q=h_kv * ratio, h_kv=h_kv, row_pad_q=row_pad_q,
+                  row_pad_k=row_pad_k, softmax_scale=scale, max_seqlen_q=s_max, max_seqlen_k=max_k)
+    lse = dict(return_lse=True, lse_layout=lse_layout, lse_base=lse_base)
+    assert layout_class_of(**meta_call(**common)) == layout_class_of(**meta_call())
+    assert layout_class_of(**meta_call(**common, causal=alignment, **lse)) == layout_class_of(
+        **meta_call(causal=True, return_lse=True))
+    assert layout_class_of(**meta_call(**common, window_size=(left, right))) == layout_class_of(
+        **meta_call(window_size=(1, 1)))
+
+
+def test_options_that_are_in_the_key_do_change_it():
+    base = layout_class_of(**meta_call())
+    assert layout_class_of(**meta_call(d=64)) != base
+    assert layout_class_of(**meta_call(dtype=torch.float16)) != base
+    assert layout_class_of(**meta_call(causal=True)) != base
+    assert layout_class_of(**meta_call(return_lse=True)) != base
+    assert layout_class_of(**meta_call(window_size=(5, -1))) != base
+
+
+def test_unserved_problems_decline_with_reason():
+    with pytest.raises(NotImplementedError, match="head dims"):
+        layout_class_of(**meta_call(d=96))
+    with pytest.raises(NotImplementedError, match="float16/bfloat16"):
+        layout_class_of(**meta_call(dtype=torch.float32))
+    with pytest.raises(NotImplementedError, match="sm_90a"):
+        layout_class_of(**meta_call(), arch="sm_80")
+
+
+def test_layout_class_rejects_bad_fields():
+    with pytest.raises(ValueError, match="mask"):
+        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "sliding", False, "ragged")
+    assert ragged_attn.LayoutClass("sm_90a", 64, 64, "fp16", "fp16", "none", True, "ragged").name == (
+        "sm_90a-d64x64-fp16-fp16-none-lse-ragged"
+    )
