@@ -648,6 +648,10 @@ def tiny_kernel(tmp_path, monkeypatch):
     return module
 
 
+# Computed once, so that a kernel source edited while the tests run cannot split one test's entries.
+REAL_ENV = cc.current_build_env()
+
+
 class CountingRealCompile:
     def __init__(self, module):
         self.module, self.calls = module, 0
@@ -663,7 +667,7 @@ def test_real_export_load_round_trip(tmp_path, tiny_kernel):
     it from disk without compiling, and the loaded function is the real entry (it checks its args)."""
     tvm_ffi = pytest.importorskip("tvm_ffi")
     torch = pytest.importorskip("torch")
-    cache = CompileCache(tmp_path / "cache", disk=True)
+    cache = CompileCache(tmp_path / "cache", disk=True, build_env=REAL_ENV)
     compile_fn = CountingRealCompile(tiny_kernel)
     fn = cache.get_kernel(LC, compile_fn)
     assert isinstance(fn, tvm_ffi.Function) and compile_fn.calls == 1
@@ -671,7 +675,7 @@ def test_real_export_load_round_trip(tmp_path, tiny_kernel):
     assert entry.object_path.read_bytes()[:4] == b"\x7fELF"
     assert entry.directory.name.startswith("dsl4.8.1-") or cache.build_env.dsl_version != "4.8.1"
 
-    fresh = CompileCache(tmp_path / "cache", disk=True)
+    fresh = CompileCache(tmp_path / "cache", disk=True, build_env=REAL_ENV)
     loaded = fresh.get_kernel(LC, must_not_compile)
     assert isinstance(loaded, tvm_ffi.Function)
     assert fresh.cache_info().disk_hits == 1 and fresh.cache_info().compiles == 0
@@ -686,8 +690,10 @@ def test_real_export_load_round_trip(tmp_path, tiny_kernel):
 def test_real_garbled_object_with_matching_hash_is_rebuilt(tmp_path, tiny_kernel):
     """A garbled .o whose metadata hash was updated to match reaches the real loader, which raises
     (RuntimeError: not a valid object file) instead of crashing; the entry is rebuilt."""
-    CompileCache(tmp_path / "cache", disk=True).get_kernel(LC, CountingRealCompile(tiny_kernel))
-    cache = CompileCache(tmp_path / "cache", disk=True)
+    CompileCache(tmp_path / "cache", disk=True, build_env=REAL_ENV).get_kernel(
+        LC, CountingRealCompile(tiny_kernel)
+    )
+    cache = CompileCache(tmp_path / "cache", disk=True, build_env=REAL_ENV)
     entry = cache.entry_paths(LC)
     garbage = b"\x7fELF" + b"\0" * 200
     entry.object_path.write_bytes(garbage)
@@ -698,7 +704,7 @@ def test_real_garbled_object_with_matching_hash_is_rebuilt(tmp_path, tiny_kernel
     with pytest.warns(CompileCacheWarning, match="failed to load"):
         cache.get_kernel(LC, compile_fn)
     assert compile_fn.calls == 1 and entry.object_path.stat().st_size > 1000
-    CompileCache(tmp_path / "cache", disk=True).get_kernel(LC, must_not_compile)
+    CompileCache(tmp_path / "cache", disk=True, build_env=REAL_ENV).get_kernel(LC, must_not_compile)
 
 
 @pytest.mark.cute
@@ -713,6 +719,6 @@ def test_real_two_processes_compile_once(tmp_path, tiny_kernel):
     results = _run_workers([argv, argv], env=env)
     assert sorted((r["compiles"], r["disk_hits"]) for r in results) == [(0, 1), (1, 0)], results
     assert {r["type"] for r in results} == {"Function"}
-    cache = CompileCache(tmp_path / "cache", disk=True)
+    cache = CompileCache(tmp_path / "cache", disk=True, build_env=REAL_ENV)
     fn = cache.get_kernel(LC, must_not_compile)
     assert fn is not None and cache.cache_info().disk_hits == 1
