@@ -1,0 +1,112 @@
+"""`python -m ragged_attn bench`: ragged_attn against FA4, cuDNN and torch on named workloads.
+
+    python -m ragged_attn bench [--suite NAME ...] [--peers NAME ...] [--out DIR]
+                                [--ours-backend cute|reference] [--no-check] [--no-plots]
+    python -m ragged_attn bench merge PATH... [--out DIR]
+
+`bench` runs each suite in this process, writes `<suite>.json` per suite and then `report.md` and
+the plots over every suite JSON in --out (so several runs into one directory accumulate). `merge`
+reads suite JSONs (files or directories, e.g. what several device calls returned) and writes one
+report. Default --out: docs/benchmarks/<date>-<gpu>/ (e.g. 2026-11-30-h200). Suites and their
+seeds: ragged_attn/bench/workloads.py; peers: peers.py; timing rules: timing.py; the spot check:
+check.py. The device recipe: bench/run_on_device.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from .workloads import SUITES
+
+__all__ = ["main"]
+
+DEFAULT_PEERS = ["ragged_attn", "fa4", "cudnn", "torch-varlen", "sdpa-cudnn"]
+
+
+def _gpu_slug(device) -> str:
+    import torch
+
+    if device.type != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name(device).lower()
+    m = re.search(r"\b([a-z]\d{2,4}[a-z]?)\b", name.replace("nvidia", ""))
+    return m.group(1) if m else re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+
+
+def default_out(device) -> Path:
+    return Path("docs/benchmarks") / f"{datetime.date.today().isoformat()}-{_gpu_slug(device)}"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ragged_attn bench", description=__doc__.splitlines()[0])
+    p.add_argument("--suite", nargs="+", action="extend", choices=list(SUITES), metavar="NAME",
+                   help=f"suites to run (default: dense-long serving); known: {', '.join(SUITES)}")
+    p.add_argument("--peers", nargs="+", action="extend", metavar="NAME",
+                   help=f"systems to run (default: all: {' '.join(DEFAULT_PEERS)})")
+    p.add_argument("--out", type=Path, help="report directory (default docs/benchmarks/<date>-<gpu>/)")
+    p.add_argument("--ours-backend", default="cute",
+                   help="backend= for ragged_attn.attention; 'reference' times the PyTorch reference")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--no-check", action="store_true", help="skip the reference spot check")
+    p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")
+    return p
+
+
+def _merge(argv: list[str]) -> int:
+    from .report import load, write_report
+
+    p = argparse.ArgumentParser(prog="python -m ragged_attn bench merge")
+    p.add_argument("inputs", nargs="+", help="suite JSON files or directories of them")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--no-plots", action="store_true")
+    a = p.parse_args(argv)
+    results = load(a.inputs)
+    for f in write_report(results, a.out, plots=not a.no_plots):
+        print(f"wrote {f}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m ragged_attn bench ...` (argv without the word `bench`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":
+        argv = argv[1:]
+    if argv and argv[0] == "merge":
+        return _merge(argv[1:])
+    a = _parser().parse_args(argv)
+    import torch
+
+    from .peers import make_systems
+    from .report import load, write_report, write_suite_json
+    from .runner import environment, run_suite
+
+    device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        systems = make_systems(a.peers or DEFAULT_PEERS, a.ours_backend)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = a.out or default_out(device)
+    command = "python -m ragged_attn bench " + " ".join(shlex.quote(x) for x in argv)
+    env = environment(device, systems)
+    print(f"# {env['gpu']} | torch {env['torch']} | CUDA {env['cuda']} | "
+          + " | ".join(f"{k} {v}" for k, v in env["versions"].items()), flush=True)
+    for s in systems:
+        why = s.availability(device)
+        if why:
+            print(f"# {s.name}: n/a: {why}", flush=True)
+    for name in a.suite or ["dense-long", "serving"]:
+        print(f"## suite {name}", flush=True)
+        path = out / f"{name}.json"
+        result = run_suite(name, systems, device, check_outputs=not a.no_check,
+                           log=lambda line: print(line, flush=True),
+                           on_row=lambda part, path=path: write_suite_json(path, env, command, part))
+        write_suite_json(path, env, command, result)
+    for f in write_report(load([str(out)]), out, command, plots=not a.no_plots):
+        print(f"wrote {f}")
+    return 0

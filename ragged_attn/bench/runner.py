@@ -1,0 +1,173 @@
+"""Run one suite against the systems: per workload and system, time, check and record.
+
+Per (workload, system) the record holds: status ("ok", "wrong" when the spot check fails, "n/a",
+"pending", "error") and its reason; median_ms and tflops (useful FLOPs, workloads.Workload.flops);
+host_us; first_call_s (the first synchronized call: compile or graph build included); build_s
+(cuDNN's graph build, also reported apart); max_err against the reference and whether it is within
+tolerance. Per suite: kernels compiled by each system over the suite (cuDNN: graphs built).
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import platform
+import subprocess
+import traceback
+
+import torch
+
+from . import check, timing
+from .peers import Pending, System, Unsupported
+from .workloads import Workload, make_inputs, suite
+
+SEED = 1234  # input set i of every workload is drawn with seed SEED + i
+
+
+def _short(e: BaseException, limit: int = 240) -> str:
+    msg = " ".join(str(e).split())
+    return f"{type(e).__name__}: {msg}"[:limit]
+
+
+def environment(device: torch.device, systems: list[System]) -> dict:
+    env = {
+        "date": datetime.date.today().isoformat(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "none",
+        "device": device.type,
+    }
+    if device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(device)
+        cap = torch.cuda.get_device_capability(device)
+        env["sm"] = f"sm_{cap[0]}{cap[1]}"
+        try:
+            env["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+        except Exception:  # noqa: BLE001 - optional detail
+            env["driver"] = "?"
+        try:
+            import triton
+
+            env["triton"] = triton.__version__
+        except ImportError:
+            pass
+    else:
+        env["gpu"] = f"none (CPU: {platform.processor() or platform.machine()})"
+    versions = {}
+    for s in systems:
+        why = s.availability(device)
+        if why:
+            versions[s.name] = f"n/a: {why}"
+            continue
+        try:
+            versions.update(s.versions())
+        except Exception as e:  # noqa: BLE001 - a peer that cannot say its version is still timed
+            versions[s.name] = f"? ({_short(e, 80)})"
+    env["versions"] = versions
+    return env
+
+
+def _compiled(s: System, device):
+    if s.availability(device):
+        return None
+    try:
+        return s.compiled()
+    except Exception:  # noqa: BLE001 - a missing cache counter reads as unknown
+        return None
+
+
+def run_one(s: System, w: Workload, inputs, refs, device) -> dict:
+    rec: dict = {}
+    reason = s.availability(device)
+    if reason:
+        return {"status": "n/a", "reason": reason}
+    try:
+        build_s = s.setup(w, inputs[0])
+        bound = [s.bind(w, inp) for inp in inputs]
+        calls = [c for c, _ in bound]
+        first_s, out = timing.first_call(calls[0], device)
+        if build_s is not None:
+            rec["build_s"] = build_s
+            first_s += build_s
+        rec["first_call_s"] = first_s
+        if refs is not None:
+            err, ok = check.max_error(bound[0][1](out), refs)
+            rec["max_err"], rec["check_ok"] = err, ok
+        del out
+        if w.timed:
+            rec["host_us"] = timing.host_us(calls[0], device)
+            ms, method = timing.device_ms(timing.Rotator(calls), device)
+            rec["median_ms"] = ms
+            rec["timer"] = method
+            rec["tflops"] = w.flops / (ms * 1e-3) / 1e12
+            g = timing.gpu_ms(timing.Rotator(calls), device, head_start_us=max(200.0, 3 * rec["host_us"]))
+            if g is not None:
+                rec["gpu_ms"] = g
+                rec["gpu_tflops"] = w.flops / (g * 1e-3) / 1e12
+        rec["status"] = "ok" if rec.get("check_ok", True) else "wrong"
+        note = getattr(s, "note", None)
+        if note and note():
+            rec["note"] = note()
+    except Pending as e:
+        rec = {"status": "pending", "reason": str(e)[:240]}
+    except Unsupported as e:
+        rec = {"status": "n/a", "reason": str(e)[:240]}
+    except Exception as e:  # noqa: BLE001 - one failing system must not stop the suite
+        rec = {"status": "error", "reason": _short(e),
+               "where": traceback.format_exc(limit=3).splitlines()[-3:]}
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return rec
+
+
+def run_suite(name: str, systems: list[System], device: torch.device, *, check_outputs: bool = True,
+              log=print, on_row=None) -> dict:
+    """Run every workload of suite `name`; `on_row(partial_result)` after each (so a call cut
+    short by its time limit still leaves what it measured)."""
+    workloads = suite(name)
+    before = {s.name: _compiled(s, device) for s in systems}
+    results = []
+    oracle = None
+    for w in workloads:
+        probe = make_inputs(w, device, SEED)
+        n_sets = timing.num_input_sets(probe.nbytes(), device.type == "cuda") if w.timed else 1
+        inputs = [probe] + [make_inputs(w, device, SEED + i) for i in range(1, n_sets)]
+        refs = None
+        if check_outputs:
+            refs, oracle = check.reference_slices(w, inputs[0])
+        row = {"workload": w.describe(), "input_sets": n_sets, "systems": {}}
+        for s in systems:
+            rec = run_one(s, w, inputs, refs, device)
+            row["systems"][s.name] = rec
+            if w.timed or rec["status"] not in ("ok",):
+                log(_line(w, s.name, rec))
+        results.append(row)
+        if on_row is not None:
+            on_row({"suite": name, "oracle": oracle, "workloads": results, "partial": True,
+                    "compiles": {}, "compile_unit": {}})
+        del inputs, probe, refs
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    after = {s.name: _compiled(s, device) for s in systems}
+    compiles = {}
+    for s in systems:
+        b, a = before[s.name], after[s.name]
+        compiles[s.name] = None if a is None else a - (b or 0)
+    return {"suite": name, "oracle": oracle, "workloads": results, "compiles": compiles,
+            "compile_unit": {s.name: ("graphs built" if s.name == "cudnn" else "kernels compiled")
+                             for s in systems}}
+
+
+def _line(w: Workload, system: str, rec: dict) -> str:
+    st = rec["status"]
+    if st in ("ok", "wrong"):
+        t = f"{rec['tflops']:7.1f} TFLOP/s {rec['median_ms']:9.4f} ms {rec['host_us']:7.1f} us" if "tflops" in rec \
+            else "untimed"
+        if "gpu_ms" in rec:
+            t += f" gpu-only {rec['gpu_tflops']:6.1f} TFLOP/s"
+        return (f"{w.name:34s} {system:13s} {st:5s} {t} first {rec['first_call_s']:.3f}s "
+                f"err {rec.get('max_err', float('nan')):.2e}")
+    return f"{w.name:34s} {system:13s} {st:5s} {rec.get('reason', '')}"
