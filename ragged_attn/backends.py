@@ -22,9 +22,28 @@ _LN2 = math.log(2.0)
 _USE_REFERENCE = 'pass backend="reference" for the exact PyTorch path'
 
 
+# The CuTe DSL release the kernels are written and tested against (pyproject's `cute` extra).
+REQUIRED_DSL_VERSION = "4.8.1"
+
+
 @functools.lru_cache(maxsize=None)
 def cute_import_error() -> str | None:
-    """None when the CuTe DSL kernels import, else why not (a one-line reason)."""
+    """None when the CuTe DSL kernels import, else why not (a one-line reason).
+
+    Checks the installed nvidia-cutlass-dsl version first: another release may compile different
+    code from the same kernel sources, so it is refused rather than trusted.
+    """
+    from importlib import metadata
+
+    try:
+        version = metadata.version("nvidia-cutlass-dsl")
+    except metadata.PackageNotFoundError:
+        return "the CuTe DSL is not installed; install it with pip install 'ragged-attn[cute]'"
+    if version != REQUIRED_DSL_VERSION:
+        return (
+            f"nvidia-cutlass-dsl {version} is installed, the kernels need {REQUIRED_DSL_VERSION}; "
+            "install it with pip install 'ragged-attn[cute]'"
+        )
     try:
         from .kernels import sm90  # noqa: F401
     except ImportError as exc:  # the `cute` extra is not installed, or a DSL import failed

@@ -82,7 +82,9 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = ""):
     su_q = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
     su_k = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    options = ("--enable-tvm-ffi " + extra_options).strip()
+    # The arch comes from the class, never from CUTE_DSL_ARCH or the GPU in the machine (the DSL
+    # reads that once at import), so a class compiles the same code everywhere.
+    options = (f"--enable-tvm-ffi --gpu-arch {layout_class.arch} " + extra_options).strip()
     return cute.compile(
         kernel,
         q, k, v, out, lse, cu_q, cu_k, su_q, su_k,
