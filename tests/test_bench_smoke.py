@@ -14,8 +14,8 @@ import torch
 
 pytest.importorskip("ragged_attn.reference")
 
-from ragged_attn.bench import main  # noqa: E402
-from ragged_attn.bench.workloads import SUITES, Workload, allowed_pairs, make_inputs, suite  # noqa: E402
+from ragged_attn.bench import main
+from ragged_attn.bench.workloads import SUITES, Workload, allowed_pairs, make_inputs, suite
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -114,7 +114,7 @@ class RaggedAttn(System):
 
     def bind(self, w, inp):
         fn, extra = self._fn()
-        kw = dict(causal=w.causal, **extra)
+        kw = {"causal": w.causal, **extra}
         if inp.page_table is not None:
             kw.update(page_table=inp.page_table, seqused_k=inp.seqused_k)
 
@@ -156,8 +156,8 @@ class FA4(System):
     def bind(self, w, inp):
         from flash_attn.cute import flash_attn_varlen_func
 
-        kw = dict(cu_seqlens_q=inp.cu_seqlens_q, max_seqlen_q=inp.max_seqlen_q,
-                  max_seqlen_k=inp.max_seqlen_k, causal=w.causal)
+        kw = {"cu_seqlens_q": inp.cu_seqlens_q, "max_seqlen_q": inp.max_seqlen_q,
+              "max_seqlen_k": inp.max_seqlen_k, "causal": w.causal}
         if inp.page_table is None:
             kw["cu_seqlens_k"] = inp.cu_seqlens_k
         else:
@@ -240,9 +240,9 @@ class CudnnTHD(System):
                 t[n].set_ragged_offset(t[n + "_off"])
         t["len_q"] = g.tensor(name="len_q", dim=[b, 1, 1, 1], stride=[1, 1, 1, 1], data_type=i32)
         t["len_k"] = g.tensor(name="len_k", dim=[b, 1, 1, 1], stride=[1, 1, 1, 1], data_type=i32)
-        kw = dict(seq_len_q=t["len_q"], seq_len_kv=t["len_k"], use_padding_mask=True,
-                  attn_scale=1.0 / math.sqrt(m.d_qk), generate_stats=False,
-                  use_causal_mask_bottom_right=w.causal, compute_data_type=cudnn.data_type.FLOAT)
+        kw = {"seq_len_q": t["len_q"], "seq_len_kv": t["len_k"], "use_padding_mask": True,
+              "attn_scale": 1.0 / math.sqrt(m.d_qk), "generate_stats": False,
+              "use_causal_mask_bottom_right": w.causal, "compute_data_type": cudnn.data_type.FLOAT}
         if paged:
             kw.update(paged_attention_k_table=t["k_table"], paged_attention_v_table=t["v_table"],
                       paged_attention_max_seq_len_kv=sk)

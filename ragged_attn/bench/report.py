@@ -83,14 +83,14 @@ def markdown(results: list[dict], command: str = "") -> str:
     for k, v in env.get("versions", {}).items():
         out.append(f"| {k} | {v} |")
     out += ["", f"Command: `{command or results[0].get('command', '')}`", ""]
-    out += ["Useful TFLOP/s = 2 * H_q * (d_qk + d_v) * (exact allowed (query, key) pairs) / median time "
+    out += [("Useful TFLOP/s = 2 * H_q * (d_qk + d_v) * (exact allowed (query, key) pairs) / median time "
             "(`triton.testing.do_bench`, median, inputs rotated over >= 256 MiB so the L2 holds none). "
             "In parentheses where measured: GPU-only TFLOP/s, each timed call preceded by a "
             "`torch.cuda._sleep` head start so that host launch time stays out (do_bench's median includes "
             "it whenever the host needs longer per call than the GPU; see host us). "
             "bf16. Causal is bottom-right. `WRONG`: the output failed the reference spot check "
             "(|err| <= 2e-2 + 2e-2 |ref|). `pending`: the ragged_attn kernel has not landed; `n/a`: the "
-            "system does not serve the workload or is absent (reasons below).", ""]
+            "system does not serve the workload or is absent (reasons below)."), ""]
     reasons: dict[str, set] = {}
     for r in results:
         part = " (partial: the call ended before the suite did)" if r.get("partial") else ""
@@ -108,11 +108,11 @@ def markdown(results: list[dict], command: str = "") -> str:
         if untimed:
             bad = [(row["workload"]["name"], s) for row in r["workloads"] for s, rec in row["systems"].items()
                    if rec["status"] in ("wrong", "error")]
-            out += ["", f"{untimed} more workloads ran once each (compiles, graph builds and the spot check "
+            out += ["", (f"{untimed} more workloads ran once each (compiles, graph builds and the spot check "
                         f"count over all {len(r['workloads'])}) without timing; failures among all: "
-                        f"{', '.join(f'{n} ({s})' for n, s in bad) or 'none'}."]
-        out += ["", "Details (timed workloads): do_bench median ms / GPU-only median ms / host us per call / "
-                    "first call s (cuDNN: of which graph build s) / max abs err vs reference.", ""]
+                        f"{', '.join(f'{n} ({s})' for n, s in bad) or 'none'}.")]
+        out += ["", ("Details (timed workloads): do_bench median ms / GPU-only median ms / host us per call / "
+                    "first call s (cuDNN: of which graph build s) / max abs err vs reference."), ""]
         out.append("| workload | " + " | ".join(systems) + " |")
         out.append("|---" * (1 + len(systems)) + "|")
         for row in timed_rows:
@@ -143,8 +143,8 @@ def markdown(results: list[dict], command: str = "") -> str:
             unit = r.get("compile_unit", {}).get(s, "")
             cells.append("-" if n is None else f"{n}" + (" graphs" if unit == "graphs built" else ""))
         out.append(f"| {r['suite']} ({len(r['workloads'])} workloads) | " + " | ".join(cells) + " |")
-    out += ["", "`-`: compiles nothing at run time (precompiled) or keeps no counter; cuDNN counts graphs "
-                "built (one per shape, as FlashInfer builds them).", ""]
+    out += ["", ("`-`: compiles nothing at run time (precompiled) or keeps no counter; cuDNN counts graphs "
+                "built (one per shape, as FlashInfer builds them)."), ""]
     if reasons:
         out += ["## Why a cell is not a number", ""]
         for k in sorted(reasons):
@@ -230,7 +230,8 @@ def _compiles_plot(results, systems, path):
     ax.set_ylabel("kernels compiled (cuDNN: graphs built)")
     ax.set_title(f"Compiles over each suite — {results[0]['env'].get('gpu', '?')} (no bar: nothing compiled at "
                  f"run time / no counter)", fontsize=9)
-    ax.legend(fontsize=7)
+    if systems:
+        ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

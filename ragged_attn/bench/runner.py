@@ -44,7 +44,7 @@ def environment(device: torch.device, systems: list[System]) -> dict:
         try:
             env["driver"] = subprocess.run(
                 ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+                capture_output=True, text=True, timeout=20, check=False).stdout.strip().splitlines()[0]
         except Exception:  # noqa: BLE001 - optional detail
             env["driver"] = "?"
         try:

@@ -55,7 +55,7 @@ def longtail_lengths(n: int = 14, lo: int = 64, hi: int = 2048, seed: int = LONG
     """n lengths, log-uniform in [lo, hi], from a private generator (the `longtail` mix)."""
     g = torch.Generator().manual_seed(seed)
     u = torch.rand(n, generator=g, dtype=torch.float64)
-    return tuple(int(round(math.exp(math.log(lo) + float(x) * (math.log(hi) - math.log(lo))))) for x in u)
+    return tuple(round(math.exp(math.log(lo) + float(x) * (math.log(hi) - math.log(lo)))) for x in u)
 
 
 # name -> sequence lengths (q and k alike: prefill of whole prompts)
