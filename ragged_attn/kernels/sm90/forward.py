@@ -42,6 +42,7 @@ from .softmax import OnlineSoftmax, acc_as_operand_a, acc_rows_view, rescale_row
 
 LOG2_E = math.log2(math.e)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
+SCHED_BARRIER_BASE = 2  # ids 2, 3: ping-pong between the two MMA warpgroups
 
 
 def make_smem_layout(dtype, rows: int, cols: int, stages: Optional[int] = None):
@@ -71,6 +72,7 @@ class RaggedForwardSm90:
         tile_m: int = 128,
         tile_n: int = 128,
         num_stages: int = 2,
+        pingpong: bool = True,
     ):
         assert mask in ("none", "causal", "window")
         assert tile_m == 64 * self.num_mma_warpgroups
@@ -83,6 +85,7 @@ class RaggedForwardSm90:
         self.tile_m = tile_m
         self.tile_n = tile_n
         self.num_stages = num_stages
+        self.pingpong = pingpong
         self.has_right = mask in ("causal", "window")
         self.has_left = mask == "window"
         self.num_mma_threads = 128 * self.num_mma_warpgroups
@@ -515,12 +518,17 @@ class RaggedForwardSm90:
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         pipe_q.consumer_wait(q_state)
+        # Ping-pong: the two warpgroups take turns issuing GEMMs (named barrier per warpgroup), so
+        # one warpgroup's softmax overlaps the other's tensor-core work.
+        self.sched_begin(wg_idx)
         for i in cutlass.range(n_block_max - n_block_min, unroll=1):
             n_block = n_block_max - 1 - i
             # S = Q K^T
             pipe_k.consumer_wait(kv_state)
             acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
-            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False)
+            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
+            self.sched_pass(wg_idx)
+            warpgroup.wait_group(0)
             pipe_k.consumer_release(kv_state)
             if block_info.needs_mask(n_block):
                 apply_mask(
@@ -532,9 +540,11 @@ class RaggedForwardSm90:
             rescale_rows(acc_O, row_scale)
             # O += P V
             pipe_v.consumer_wait(kv_state)
+            self.sched_wait(wg_idx)
             self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
             pipe_v.consumer_release(kv_state)
             kv_state.advance()
+        self.sched_pass(wg_idx)
 
         row_scale = softmax.finalize()
         rescale_rows(acc_O, row_scale)
@@ -551,8 +561,9 @@ class RaggedForwardSm90:
         tCrA: cute.Tensor,
         tCrB: cute.Tensor,
         accumulate: cutlass.Constexpr[bool],
+        wait: cutlass.Constexpr[bool] = True,
     ):
-        """acc (+)= A B over the K modes of one warpgroup's fragments; waits for completion."""
+        """acc (+)= A B over the K modes of one warpgroup's fragments; `wait`: block until done."""
         warpgroup.fence()
         atom = cute.make_mma_atom(tiled_mma.op)  # fresh atom: its ACCUMULATE field is mutated
         atom.set(warpgroup.Field.ACCUMULATE, accumulate)
@@ -560,7 +571,30 @@ class RaggedForwardSm90:
             cute.gemm(atom, acc, tCrA[None, None, k], tCrB[None, None, k], acc)
             atom.set(warpgroup.Field.ACCUMULATE, True)
         warpgroup.commit_group()
-        warpgroup.wait_group(0)
+        if const_expr(wait):
+            warpgroup.wait_group(0)
+
+    # Warpgroup scheduling barriers (ids SCHED_BARRIER_BASE + wg): a warpgroup waits on its own
+    # barrier before issuing GEMMs and, once issued, arrives on the other's. Each warpgroup makes
+    # n_blocks + 1 waits and n_blocks + 1 passes per tile; warpgroup 0 pre-arrives once.
+    @cute.jit
+    def sched_begin(self, wg_idx: Int32):
+        if const_expr(self.pingpong):
+            if wg_idx == 0:
+                cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE, number_of_threads=self.num_mma_threads)
+            self.sched_wait(wg_idx)
+
+    @cute.jit
+    def sched_wait(self, wg_idx: Int32):
+        if const_expr(self.pingpong):
+            cute.arch.barrier(barrier_id=SCHED_BARRIER_BASE + wg_idx, number_of_threads=self.num_mma_threads)
+
+    @cute.jit
+    def sched_pass(self, wg_idx: Int32):
+        if const_expr(self.pingpong):
+            cute.arch.barrier_arrive(
+                barrier_id=SCHED_BARRIER_BASE + 1 - wg_idx, number_of_threads=self.num_mma_threads
+            )
 
     # ------------------------------------------------------------------ epilogue
     @cute.jit
