@@ -1,0 +1,146 @@
+"""The public API and the adapters on the sm90 kernel, against the reference (device machine)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import ragged_attn
+from ragged_attn.compat.flash_attn import flash_attn_varlen_func
+from ragged_attn.compat.flashinfer import cudnn_batch_prefill_with_kv_cache
+from tests.cases import Case
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+        reason="needs a CUDA GPU (sm_90a)",
+    ),
+]
+
+
+def close(got, want, what, atol=2e-2, rtol=2e-2):
+    got, want = got.float(), want.float()
+    both_inf = torch.isinf(want) & (got == want)
+    err = torch.where(both_inf, 0.0, (got - want).abs() - rtol * want.abs())
+    assert torch.isfinite(got[~both_inf]).all(), f"{what}: non-finite values where the reference is finite"
+    assert err.max().item() <= atol, f"{what}: max excess error {err.max().item():.3e}"
+
+
+def valid_rows(case, cu_q):
+    return [int(cu_q[b]) + i for b, lq in enumerate(case.lens_q) for i in range(lq)]
+
+
+API_CASES = [
+    Case(101, [300, 0, 77, 1], [300, 5, 400, 129], 32, 8, 128, 128, dtype=torch.bfloat16, causal=True,
+         lse_layout="padded", lse_base="log2"),
+    Case(102, [0, 64, 0], [0, 640, 0], 12, 3, 64, 64, dtype=torch.float16, causal="top_left",
+         lse_layout="token_major"),
+    Case(103, [300], [4096], 8, 1, 128, 128, dtype=torch.bfloat16, window=(333, -1)),
+    Case(104, [50, 190], [40, 190], 14, 2, 64, 64, dtype=torch.bfloat16, causal=True, window=(64, 0),
+         lse_layout="head_major", q_gaps=True),
+]
+
+
+@pytest.mark.parametrize("case", API_CASES, ids=lambda c: c.id)
+def test_attention_auto_on_the_kernel_matches_reference(case):
+    args, kwargs = case.make("cuda")
+    before = [a.clone() for a in args[:5] if isinstance(a, torch.Tensor)]
+    total_q = args[0].shape[0]
+    out = torch.full((total_q, case.h_q, case.d_v), math.nan, dtype=case.dtype, device="cuda")
+    lse = torch.full(ragged_attn.problem.build_problem(*args, **kwargs, return_lse=True)[0].lse_shape(),
+                     math.nan, device="cuda")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got_out, got_lse = ragged_attn.attention(*args, **kwargs, return_lse=True, out=out, lse=lse)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert got_out is out and got_lse is lse
+    want_out, want_lse = ragged_attn.attention(*args, **kwargs, return_lse=True, backend="reference")
+    rows = valid_rows(case, args[3])
+    close(out[rows], want_out[rows], "out")
+    if case.lse_layout == "padded":
+        close(lse, want_lse, "lse", atol=1e-2, rtol=0)
+    elif case.lse_layout == "token_major":
+        close(lse[rows], want_lse[rows], "lse", atol=1e-2, rtol=0)
+    else:
+        close(lse[:, rows], want_lse[:, rows], "lse", atol=1e-2, rtol=0)
+    after = [a for a in args[:5] if isinstance(a, torch.Tensor)]
+    assert all(torch.equal(a, b) for a, b in zip(after, before)), "an input changed"
+
+
+def test_plan_runs_other_shapes_without_compiling():
+    base = Case(111, [100, 7], [100, 7], 16, 4, 128, 128, dtype=torch.bfloat16, causal=True)
+    args, kwargs = base.make("cuda")
+    plan = ragged_attn.plan(*args, **kwargs)
+    compiles = ragged_attn.cache_info().compiles
+    for seed in range(12):
+        case = Case(200 + seed, [seed * 37 % 500, 0, 3 + seed], [seed * 53 % 700 + 1, 9, 3 + seed],
+                    8 * (1 + seed % 4), 2 * (1 + seed % 2) if seed % 3 else 8, 128, 128,
+                    dtype=torch.bfloat16, causal=True)
+        if case.h_q % case.h_kv:
+            continue
+        a, kw = case.make("cuda")
+        got = plan.run(*a)
+        want = ragged_attn.attention(*a, **kw, backend="reference")
+        rows = valid_rows(case, a[3])
+        close(got[rows], want[rows], f"plan.run seed {seed}")
+    assert ragged_attn.cache_info().compiles == compiles, "a new shape of one class compiled again"
+
+
+def test_cuda_graph_replay_with_new_lengths():
+    h_q, h_kv, d = 16, 4, 128
+    total, max_len = 1024, 700
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(total, h_q, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(total, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(total, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    cu = torch.tensor([0, 300, 1000], dtype=torch.int32, device="cuda")
+    out = torch.empty(total, h_q, d, device="cuda", dtype=torch.bfloat16)
+    plan = ragged_attn.plan(q, k, v, cu, cu, max_len, max_len, causal=True)
+    plan.run(q, k, v, cu, cu, max_len, max_len, out=out)  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan.run(q, k, v, cu, cu, max_len, max_len, out=out)
+    for lengths in ([300, 700], [1, 0], [512, 512], [0, 650]):
+        cu.copy_(torch.tensor([0, lengths[0], lengths[0] + lengths[1]], dtype=torch.int32))
+        out.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = ragged_attn.attention(q, k, v, cu, cu, max_len, max_len, causal=True, backend="reference")
+        rows = list(range(sum(lengths)))
+        close(out[rows], want[rows], f"graph replay with lengths {lengths}")
+
+
+def test_flash_attn_adapter_on_the_kernel():
+    case = Case(121, [129, 1, 0, 256], [200, 1, 7, 256], 32, 8, 128, 128, dtype=torch.bfloat16, causal=True)
+    args, kwargs = case.make("cuda")
+    out, lse, none = flash_attn_varlen_func(*args, causal=True, return_attn_probs=True)
+    want, want_lse = ragged_attn.attention(*args, **kwargs, return_lse=True, backend="reference")
+    rows = valid_rows(case, args[3])
+    assert none is None
+    close(out[rows], want[rows], "out")
+    close(lse[:, rows], want_lse[:, rows], "lse", atol=1e-2, rtol=0)
+
+
+def test_flashinfer_adapter_ragged_on_the_kernel():
+    case = Case(131, [17, 700, 8], [32, 1066, 8], 4, 1, 128, 128, dtype=torch.bfloat16, causal=True,
+                lse_layout="padded", lse_base="log2")
+    (q, k, v, cu_q, cu_k, mq, mk), kwargs = case.make("cuda")
+    lq = torch.tensor(case.lens_q, dtype=torch.int32, device="cuda")
+    lk = torch.tensor(case.lens_k, dtype=torch.int32, device="cuda")
+    out, lse = cudnn_batch_prefill_with_kv_cache(
+        q, k, v, 1 / math.sqrt(128), None, max_token_per_sequence=mq, max_sequence_kv=mk,
+        actual_seq_lens_q=lq.view(-1, 1, 1, 1), actual_seq_lens_kv=lk.view(-1, 1, 1, 1), causal=True,
+        return_lse=True, batch_offsets_q=(cu_q * 4 * 128).view(-1, 1, 1, 1),
+        batch_offsets_k=(cu_k * 128).view(-1, 1, 1, 1), batch_offsets_v=(cu_k * 128).view(-1, 1, 1, 1),
+    )  # fmt: skip
+    want, want_lse = ragged_attn.attention(q, k, v, cu_q, cu_k, mq, mk, **kwargs, return_lse=True,
+                                           backend="reference")
+    rows = valid_rows(case, cu_q)
+    close(out[rows], want[rows], "out")
+    close(lse, want_lse, "lse", atol=1e-2, rtol=0)
+    assert torch.all(lse[2, 8:] == -math.inf)
