@@ -73,6 +73,7 @@ class RaggedForwardSm90:
         tile_n: int = 128,
         num_stages: int = 2,
         pingpong: bool = True,
+        overlap: bool = True,
     ):
         assert mask in ("none", "causal", "window")
         assert tile_m == 64 * self.num_mma_warpgroups
@@ -86,6 +87,7 @@ class RaggedForwardSm90:
         self.tile_n = tile_n
         self.num_stages = num_stages
         self.pingpong = pingpong
+        self.overlap = overlap
         self.has_right = mask in ("causal", "window")
         self.has_left = mask == "window"
         self.num_mma_threads = 128 * self.num_mma_warpgroups
@@ -515,36 +517,39 @@ class RaggedForwardSm90:
         acc_O.fill(0.0)
 
         n_block_min, n_block_max = block_info.n_block_range()
-        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         pipe_q.consumer_wait(q_state)
         # Ping-pong: the two warpgroups take turns issuing GEMMs (named barrier per warpgroup), so
         # one warpgroup's softmax overlaps the other's tensor-core work.
-        self.sched_begin(wg_idx)
-        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
-            n_block = n_block_max - 1 - i
-            # S = Q K^T
-            pipe_k.consumer_wait(kv_state)
-            acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
-            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
+        mask_args = (
+            tScS, m_block, self.tile_m, self.tile_n, self.has_left, self.has_right,
+            seqlen.len_k, block_info.off, block_info.left, block_info.right,
+        )
+        if const_expr(self.overlap):
+            self.mainloop_overlap(
+                tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args,
+            )
+        else:
+            self.sched_begin(wg_idx)
+            kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+            for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+                n_block = n_block_max - 1 - i
+                # S = Q K^T
+                pipe_k.consumer_wait(kv_state)
+                acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
+                self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
+                self.sched_pass(wg_idx)
+                warpgroup.wait_group(0)
+                pipe_k.consumer_release(kv_state)
+                self.mask_softmax(acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, True)
+                # O += P V
+                pipe_v.consumer_wait(kv_state)
+                self.sched_wait(wg_idx)
+                self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
+                pipe_v.consumer_release(kv_state)
+                kv_state.advance()
             self.sched_pass(wg_idx)
-            warpgroup.wait_group(0)
-            pipe_k.consumer_release(kv_state)
-            if block_info.needs_mask(n_block):
-                apply_mask(
-                    acc_S, tScS, m_block, n_block, self.tile_m, self.tile_n, self.has_left,
-                    self.has_right, seqlen.len_k, block_info.off, block_info.left, block_info.right,
-                )
-            row_scale = softmax.step(acc_S)
-            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
-            rescale_rows(acc_O, row_scale)
-            # O += P V
-            pipe_v.consumer_wait(kv_state)
-            self.sched_wait(wg_idx)
-            self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
-            pipe_v.consumer_release(kv_state)
-            kv_state.advance()
-        self.sched_pass(wg_idx)
 
         row_scale = softmax.finalize()
         rescale_rows(acc_O, row_scale)
@@ -552,6 +557,60 @@ class RaggedForwardSm90:
             acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
             m_block, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
         )
+
+    @cute.jit
+    def mask_softmax(self, acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, rescale: cutlass.Constexpr[bool]):
+        """Mask (boundary blocks only), online softmax, P -> 16-bit A fragment, O rescale."""
+        tScS, m_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right = mask_args
+        if block_info.needs_mask(n_block):
+            apply_mask(acc_S, tScS, m_block, n_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right)
+        row_scale = softmax.step(acc_S)
+        if const_expr(rescale):
+            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+            rescale_rows(acc_O, row_scale)
+        return row_scale
+
+    @cute.jit
+    def mainloop_overlap(
+        self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args,
+    ):
+        """Intra-warpgroup overlap: the softmax of block n runs while O += P V of block n + 1 is
+        on the tensor cores. Prologue: S and P of the first block; each step issues S of the next
+        block and P V of the previous one, softmaxes the new S under the PV GEMM; epilogue: last PV.
+        Scheduling barriers bracket each step's GEMM issue (n - 1 waits and passes per warpgroup)."""
+        if n_block_max > n_block_min:
+            kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+            if const_expr(self.pingpong):
+                if wg_idx == 0:
+                    cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE, number_of_threads=self.num_mma_threads)
+            pipe_k.consumer_wait(kv_state)
+            acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
+            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False)
+            pipe_k.consumer_release(kv_state)
+            self.mask_softmax(acc_S, n_block_max - 1, block_info, softmax, tOrP, acc_O, mask_args, False)
+            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+            for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
+                n_block = n_block_max - 2 - i
+                v_state = kv_state.clone()
+                kv_state.advance()
+                pipe_k.consumer_wait(kv_state)
+                self.sched_wait(wg_idx)
+                acc_S2 = cute.make_rmem_tensor(acc_S_shape, Float32)
+                self.gemm(tiled_mma_qk, acc_S2, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
+                pipe_v.consumer_wait(v_state)
+                self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], True, wait=False)
+                self.sched_pass(wg_idx)
+                warpgroup.wait_group(1)  # S done, PV may still run
+                pipe_k.consumer_release(kv_state)
+                row_scale = self.mask_softmax(acc_S2, n_block, block_info, softmax, tOrP, acc_O, mask_args, False)
+                warpgroup.wait_group(0)
+                pipe_v.consumer_release(v_state)
+                tOrP.store(acc_as_operand_a(acc_S2).load().to(self.dtype))
+                rescale_rows(acc_O, row_scale)
+            pipe_v.consumer_wait(kv_state)
+            self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
+            pipe_v.consumer_release(kv_state)
 
     @cute.jit
     def gemm(
