@@ -36,6 +36,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from .block_info import UNBOUNDED, BlockInfo
+from .epilogue import lse_index, store_tile
 from .mask import apply_mask
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_as_operand_a, acc_rows_view, rescale_rows
@@ -367,20 +368,8 @@ class RaggedForwardSm90:
                     if tidx < self.tile_m:
                         row = m_block * self.tile_m + tidx
                         if row < lse_s_max:
-                            idx = self.lse_index(
-                                seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h
-                            )
+                            idx = lse_index(seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
                             mLSE[idx] = -Float32.inf
-
-    @cute.jit
-    def lse_index(self, seqlen, batch_idx, head_idx, row, s_b, s_tok, s_row, s_h) -> Int64:
-        """lse[b * s_b + cu_seqlens_q[b] * s_tok + row * s_row + h * s_h] (element units)."""
-        return (
-            Int64(batch_idx) * s_b
-            + Int64(seqlen.offset_q) * s_tok
-            + Int64(row) * s_row
-            + Int64(head_idx) * s_h
-        )
 
     # ------------------------------------------------------------------ producer warp
     @cute.jit
@@ -553,9 +542,10 @@ class RaggedForwardSm90:
 
         row_scale = softmax.finalize()
         rescale_rows(acc_O, row_scale)
-        self.epilogue(
+        store_tile(
             acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
             m_block, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
+            self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
         )
 
     @cute.jit
@@ -654,64 +644,3 @@ class RaggedForwardSm90:
             cute.arch.barrier_arrive(
                 barrier_id=SCHED_BARRIER_BASE + 1 - wg_idx, number_of_threads=self.num_mma_threads
             )
-
-    # ------------------------------------------------------------------ epilogue
-    @cute.jit
-    def epilogue(
-        self,
-        acc_O: cute.Tensor,
-        lse2: cute.Tensor,  # (rows per thread,) log2-domain LSE or -inf
-        tiled_mma_pv: cute.TiledMma,
-        gmem_tiled_copy_O: cute.TiledCopy,
-        sO: cute.Tensor,
-        mO: cute.Tensor,
-        mLSE: Optional[cute.Tensor],
-        seqlen: SeqlenInfo,
-        tidx: Int32,
-        m_block: Int32,
-        head_idx: Int32,
-        batch_idx: Int32,
-        lse_s_max: Int32,
-        lse_s_b: Int64,
-        lse_s_tok: Int64,
-        lse_s_row: Int64,
-        lse_s_h: Int64,
-        lse_scale: Float32,
-    ):
-        rO = cute.make_rmem_tensor_like(acc_O, self.out_dtype)
-        rO.store(acc_O.load().to(self.out_dtype))
-        smem_copy = cute.make_tiled_copy_C(
-            cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.out_dtype),
-            tiled_mma_pv,
-        ).get_slice(tidx)
-        cute.copy(smem_copy, smem_copy.retile(rO), smem_copy.partition_D(sO))
-
-        rows_left = seqlen.len_q - m_block * self.tile_m  # > 0 here
-        if const_expr(self.has_lse):
-            cO = cute.make_identity_tensor((self.tile_m, self.d_v))
-            tOcO = acc_rows_view(tiled_mma_pv.get_slice(tidx).partition_C(cO))
-            if tOcO[0, 0][1] == 0:  # the thread of each quad that holds column 0
-                for r in cutlass.range_constexpr(cute.size(tOcO, mode=[0])):
-                    row_in_tile = tOcO[r, 0][0]
-                    row = m_block * self.tile_m + row_in_tile
-                    idx = self.lse_index(seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
-                    if row_in_tile < rows_left:
-                        mLSE[idx] = lse2[r] * lse_scale
-                    elif row < lse_s_max:
-                        mLSE[idx] = -Float32.inf
-
-        cute.arch.barrier(barrier_id=EPILOGUE_BARRIER_ID, number_of_threads=self.num_mma_threads)
-        gmem_copy = gmem_tiled_copy_O.get_slice(tidx)
-        tOsO = gmem_copy.partition_S(sO)
-        tOrO = cute.make_fragment_like(tOsO, self.out_dtype)
-        cute.autovec_copy(tOsO, tOrO)
-        gO = cute.local_tile(
-            cute.domain_offset((seqlen.offset_q, 0), mO[None, head_idx, None]),
-            (self.tile_m, self.d_v),
-            (m_block, 0),
-        )
-        tOgO = gmem_copy.partition_D(gO)
-        tOcO_g = gmem_copy.partition_S(cute.make_identity_tensor((self.tile_m, self.d_v)))
-        for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
-            if tOcO_g[0, rm, 0][0] < rows_left:
-                cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None])
