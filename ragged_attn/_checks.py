@@ -98,6 +98,10 @@ def is_compact(x: torch.Tensor) -> bool:
     return True
 
 
+# Lengths, offsets and window bounds travel to the kernels as 32-bit ints.
+INT32_MAX = 2**31 - 1
+
+
 def python_int(name: str, x, *, minimum: int, allow_none: bool = True, why_not_tensor: str = "") -> int | None:
     if x is None and allow_none:
         return None
@@ -105,9 +109,21 @@ def python_int(name: str, x, *, minimum: int, allow_none: bool = True, why_not_t
         raise TypeError(f"{name}: expected a Python int, got a torch.Tensor{why_not_tensor}")
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         raise TypeError(f"{name}: expected a Python int, got {type(x).__name__}")
-    if x < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {x}")
+    if x < minimum or x > INT32_MAX:
+        raise ValueError(f"{name}: expected an int in [{minimum}, {INT32_MAX}], got {x}")
     return int(x)
+
+
+def not_self_overlapping(name: str, x: torch.Tensor) -> None:
+    """Each element of x at its own address (no stride-0 or interleaved dims): a writable output."""
+    expected = 1
+    for stride, size in sorted((s, n) for n, s in zip(x.shape, x.stride()) if n > 1):
+        if stride < expected:
+            raise ValueError(
+                f"{name}: expected an output whose elements do not share memory, got strides {x.stride()} "
+                f"for shape {tuple(x.shape)} (an expanded or overlapping view)"
+            )
+        expected = stride * size
 
 
 def choice(name: str, x, allowed: tuple) -> None:

@@ -61,7 +61,10 @@ def attention(
             total_q is used (correct, more idle CTAs).
         seqused_q, seqused_k: int32 (B,): rows used from each start when fewer than the gap to the
             next start (FA3/FA4's names). For page pools, seqused_k (or cu_seqlens_k) gives the key
-            lengths. Output rows outside every sequence are left untouched (zero when allocated here).
+            lengths. Rows outside every sequence (gaps, or before cu_seqlens_q[0] / after
+            cu_seqlens_q[B]) are never written: a passed `out` keeps them; an `out` allocated here
+            has them zero when seqused_q is given or on the reference backend, and unspecified
+            otherwise (the kernel path does not pay a memset for rows cu_seqlens_q covers).
         page_table: int32 (B, max_pages), page ids into the pool (FlashInfer's block_tables).
         causal: False, True (bottom-right aligned: query i of a sequence with lq queries and lk keys
             sees key j iff j <= i + lk - lq, FlashAttention's convention) or "top_left" (j <= i).

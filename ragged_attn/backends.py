@@ -26,7 +26,7 @@ _USE_REFERENCE = 'pass backend="reference" for the exact PyTorch path'
 REQUIRED_DSL_VERSION = "4.8.1"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cute_import_error() -> str | None:
     """None when the CuTe DSL kernels import, else why not (a one-line reason).
 

@@ -26,6 +26,9 @@ LSE_LAYOUTS = ("head_major", "token_major", "padded")
 LSE_BASES = ("ln", "log2")
 CAUSAL_VALUES = (False, True, "bottom_right", "top_left")
 MAX_HEAD_DIM = 256
+# Window bounds are 32-bit in the kernels; a bound this large is unbounded for any real sequence
+# (pass -1 for that).
+MAX_WINDOW = 2**30
 
 _MAX_SEQLEN_IS_TENSOR = " (a tensor would force a device-to-host sync on every call; pass the int you know)"
 
@@ -123,9 +126,10 @@ def _normalise_window(window_size, causal: bool) -> tuple[int, int]:
         raise ValueError(f"window_size: expected a pair (left, right) of ints >= -1, got {window_size!r}")
     left, right = window_size
     for side, value in (("left", left), ("right", right)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < -1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not -1 <= value <= MAX_WINDOW:
             raise ValueError(
-                f"window_size: expected (left, right) ints >= -1 (-1 = unbounded), got {side} = {value!r}"
+                f"window_size: expected (left, right) ints in [-1, {MAX_WINDOW}] (-1 = unbounded), "
+                f"got {side} = {value!r}"
             )
     if causal:
         if right > 0:
@@ -285,6 +289,7 @@ def build_problem(
         if out.dtype != out_dtype:
             raise TypeError(f"out: expected dtype {chk.dtype_name(out_dtype)}, got {chk.dtype_name(out.dtype)}")
         chk.last_dim_contiguous("out", out)
+        chk.not_self_overlapping("out", out)
         for name, x in (("q", q), ("k", k), ("v", v)):
             if chk.overlaps(out, x):
                 raise ValueError(f"out: expected memory apart from the inputs, got a tensor overlapping {name}")
@@ -343,6 +348,9 @@ def build_problem(
     )
     if lse is not None:
         check_lse_buffer(problem, lse)
+        for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+            if x is not None and chk.overlaps(lse, x):
+                raise ValueError(f"lse: expected memory apart from the inputs and out, got a tensor overlapping {name}")
     if q.dtype in chk.KERNEL_DTYPES:
         # The kernels load with TMA; the check is the same for every backend so that a problem is
         # valid or invalid everywhere.

@@ -118,15 +118,20 @@ def _lse_view(problem: Problem, lse: torch.Tensor, b: int, q_start: int, lq: int
 
 def run_reference(problem: Problem, t: Tensors) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Compute out (and lse) for a checked problem; writes only t.out / t.lse (allocated if None)."""
+    if problem.device.type == "meta":
+        raise ValueError("q: meta tensors carry no data to attend over; layout_class_of takes them")
     q_starts, len_q, k_starts, len_k = _lengths(t, problem)
+    if problem.lse_layout == "padded" and problem.return_lse and len_q and max(len_q) > problem.lse_s_max:
+        raise ValueError(
+            f"lse: expected a padded buffer with s_max >= the longest query sequence ({max(len_q)} rows), "
+            f"got s_max = {problem.lse_s_max}"
+        )
     out = t.out
-    if out is None:
-        alloc = torch.zeros if problem.has_seqused_q else torch.empty
-        out = alloc((problem.total_q, problem.h_q, problem.d_v), dtype=problem.out_dtype, device=problem.device)
+    if out is None:  # rows outside every sequence stay 0
+        out = torch.zeros((problem.total_q, problem.h_q, problem.d_v), dtype=problem.out_dtype, device=problem.device)
     lse = t.lse
-    if problem.return_lse and lse is None:
-        fill = -math.inf if problem.lse_layout == "padded" else 0.0
-        lse = torch.full(problem.lse_shape(), fill, dtype=torch.float32, device=problem.device)
+    if problem.return_lse and lse is None:  # rows outside every sequence stay -inf
+        lse = torch.full(problem.lse_shape(), -math.inf, dtype=torch.float32, device=problem.device)
     elif lse is not None and problem.lse_layout == "padded":
         lse.fill_(-math.inf)
     lse_factor = 1.0 if problem.lse_base == "ln" else LOG2_E

@@ -83,11 +83,13 @@ BAD = [
     ("seqused-q-shape", ValueError, ["seqused_q", "(3,)"], lambda kw: kw.update(seqused_q=torch.zeros(2, dtype=torch.int32))),
     ("seqused-k-dtype", TypeError, ["seqused_k", "int32"], lambda kw: kw.update(seqused_k=torch.zeros(3, dtype=torch.int64))),
     ("max-seqlen-tensor", TypeError, ["max_seqlen_q", "sync"], lambda kw: kw.update(max_seqlen_q=torch.tensor(11))),
-    ("max-seqlen-negative", ValueError, ["max_seqlen_k", ">= 0"], lambda kw: kw.update(max_seqlen_k=-1)),
+    ("max-seqlen-negative", ValueError, ["max_seqlen_k", "[0, 2147483647]"], lambda kw: kw.update(max_seqlen_k=-1)),
+    ("max-seqlen-above-int32", ValueError, ["max_seqlen_q", "2147483647"], lambda kw: kw.update(max_seqlen_q=2**31)),
     ("max-seqlen-float", TypeError, ["max_seqlen_q", "int"], lambda kw: kw.update(max_seqlen_q=11.0)),
     ("causal-bad", ValueError, ["causal", "top_left"], lambda kw: kw.update(causal="bottom-left")),
     ("window-not-pair", ValueError, ["window_size", "pair"], lambda kw: kw.update(window_size=(3,))),
     ("window-below-minus-one", ValueError, ["window_size", "-1"], lambda kw: kw.update(window_size=(-2, 0))),
+    ("window-huge", ValueError, ["window_size", "-1 = unbounded"], lambda kw: kw.update(window_size=(-1, 2**63 - 1))),
     ("window-right-with-causal", ValueError, ["window_size", "causal"], lambda kw: kw.update(causal=True, window_size=(4, 2))),
     ("scale-negative", ValueError, ["softmax_scale", "positive"], lambda kw: kw.update(softmax_scale=-0.1)),
     ("scale-nan", ValueError, ["softmax_scale", "finite"], lambda kw: kw.update(softmax_scale=float("nan"))),
@@ -107,6 +109,12 @@ BAD = [
     ("out-dtype-vs-float", TypeError, ["out_dtype"], lambda kw: kw.update(out=torch.empty(TOTAL, H_Q, D, dtype=torch.int8))),
     ("out-last-dim", ValueError, ["out", "contiguous"], lambda kw: kw.update(out=torch.empty(TOTAL, H_Q, 2 * D).bfloat16()[..., ::2])),
     ("out-aliases-q", ValueError, ["out", "overlapping q"], lambda kw: kw.update(out=kw["q"])),
+    ("out-expanded", ValueError, ["out", "do not share memory"], lambda kw: kw.update(
+        out=torch.zeros(1, H_Q, D, dtype=torch.bfloat16).expand(TOTAL, H_Q, D))),
+    ("lse-aliases-q", ValueError, ["lse", "overlapping q"], lambda kw: kw.update(
+        return_lse=True, lse=kw["q"].view(torch.float32).reshape(-1)[: H_Q * TOTAL].view(H_Q, TOTAL))),
+    ("lse-aliases-out", ValueError, ["lse", "overlapping out"], lambda kw: kw.update(
+        return_lse=True, lse=kw["out"].view(torch.float32).reshape(-1)[: H_Q * TOTAL].view(H_Q, TOTAL))),
     ("kv-layout-bad", ValueError, ["kv_layout", "HND"], lambda kw: kw.update(kv_layout="NDH")),
     ("backend-bad", ValueError, ["backend", "reference"], lambda kw: kw.update(backend="triton")),
 ]

@@ -170,3 +170,41 @@ def test_flashinfer_separate_output_offsets_and_packed_stats():
     assert torch.equal(out[2:5], want[0:3]) and torch.equal(out[7:13], want[3:9])
     assert torch.all(out[:2] == 5.0) and torch.all(out[5:7] == 5.0), "rows between sequences were written"
     assert torch.equal(lse.view(-1, 2)[:9], want_lse)
+
+
+def test_flash_attn_causal_forces_right_window_to_zero():
+    case = Case(25, [6, 9], [6, 9], 2, 2, 64, 64, causal=True, window=(2, 0))
+    args, kwargs = case.make()
+    out = flash_attn_varlen_func(*args, causal=True, window_size=(2, 2))
+    _assert_matches_oracle(case, args, kwargs, out)
+
+
+def test_flashinfer_output_offsets_leave_leading_rows_untouched():
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(6, 2, 16, generator=g).half()
+    k = v = torch.randn(6, 2, 16, generator=g).half()
+    lengths = torch.tensor([2, 2], dtype=torch.int32)
+    out = torch.full((6, 2, 16), 5.0).half()
+    cudnn_batch_prefill_with_kv_cache(
+        q, k, v, 0.25, None, max_token_per_sequence=2, max_sequence_kv=2, actual_seq_lens_q=lengths,
+        actual_seq_lens_kv=lengths, causal=False, return_lse=False, batch_offsets_q=torch.tensor([2, 4, 6], dtype=torch.int32),
+        batch_offsets_o=torch.tensor([0, 3, 6], dtype=torch.int32), batch_offsets_k=torch.tensor([0, 2, 4], dtype=torch.int32),
+        batch_offsets_units="tokens", out=out,
+    )  # fmt: skip
+    want = attention(q, k, v, torch.tensor([2, 4, 6], dtype=torch.int32), torch.tensor([0, 2, 4], dtype=torch.int32),
+                     2, 2, seqused_q=lengths, seqused_k=lengths)
+    assert torch.equal(out[0:2], want[2:4]) and torch.equal(out[3:5], want[4:6])
+    assert torch.all(out[2] == 5.0) and torch.all(out[5] == 5.0), "a row outside every sequence was written"
+
+
+def test_flashinfer_separate_out_overlapping_q_is_refused_before_writing():
+    q = torch.randn(4, 2, 16).half()
+    lengths = torch.tensor([2, 2], dtype=torch.int32)
+    before = q.clone()
+    with pytest.raises(ValueError, match="out"):
+        cudnn_batch_prefill_with_kv_cache(
+            q, q.clone(), q.clone(), 0.25, None, max_token_per_sequence=2, max_sequence_kv=2,
+            actual_seq_lens_q=lengths, actual_seq_lens_kv=lengths, causal=False, return_lse=False,
+            batch_offsets_o=torch.tensor([0, 2, 4], dtype=torch.int32), batch_offsets_units="tokens", out=q,
+        )  # fmt: skip
+    assert torch.equal(q, before)

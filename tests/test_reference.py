@@ -108,3 +108,22 @@ def test_reference_rejects_page_ids_outside_the_pool():
     kwargs["page_table"][0, 1] = 10_000
     with pytest.raises(ValueError, match="page_table"):
         attention(*args, **kwargs)
+
+
+def test_allocated_outputs_outside_every_sequence_are_zero_and_minus_inf():
+    q = torch.randn(8, 2, 16)
+    k = v = torch.randn(3, 2, 16)
+    cu_q, cu_k = torch.tensor([2, 5], dtype=torch.int32), torch.tensor([0, 3], dtype=torch.int32)
+    out, lse = attention(q, k, v, cu_q, cu_k, 3, 3, return_lse=True)
+    outside = [0, 1, 5, 6, 7]
+    assert torch.all(out[outside] == 0) and torch.all(lse[:, outside] == -math.inf)
+    assert torch.isfinite(out[2:5]).all()
+
+
+def test_padded_lse_shorter_than_a_sequence_is_refused_before_writing():
+    q = k = v = torch.randn(7, 2, 16)
+    cu = torch.tensor([0, 5, 7], dtype=torch.int32)
+    out, lse = torch.zeros(7, 2, 16), torch.zeros(2, 3, 2)
+    with pytest.raises(ValueError, match="lse"):
+        attention(q, k, v, cu, cu, None, None, return_lse=True, lse_layout="padded", out=out, lse=lse)
+    assert torch.all(out == 0) and torch.all(lse == 0), "an output was written before the error"

@@ -34,9 +34,12 @@ def flash_attn_varlen_func(
             gives the key lengths (as in FA2).
         max_seqlen_q, max_seqlen_k: Python ints.
         softmax_scale: default 1 / sqrt(D). causal: bottom-right aligned (FA2 >= 2.1).
-        window_size: (left, right), -1 unbounded.
+        window_size: (left, right), -1 unbounded; with causal the right bound is forced to 0, as
+            FA2's mha_varlen_fwd does.
         return_attn_probs: when True, return (out, softmax_lse, None): softmax_lse is float32
             (H_q, total_q), natural log; the attention probabilities are never materialised (None).
+            Rows that see no key have LSE -inf (ragged_attn's convention and FA3/FA4's; FA2 writes
+            +inf there).
         deterministic: accepted; the forward is deterministic anyway.
         backend: ragged_attn's backend choice ("auto", "reference", "cute").
     Returns:
@@ -51,9 +54,11 @@ def flash_attn_varlen_func(
         raise NotImplementedError(f"softcap: logit soft-capping is not served yet, got softcap={softcap}")
     if alibi_slopes is not None:
         raise NotImplementedError("alibi_slopes: ALiBi is not served yet, got a tensor")
+    if causal and isinstance(window_size, (tuple, list)) and len(window_size) == 2:
+        window_size = (window_size[0], 0)
     result = attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        page_table=block_table, kv_layout="NHD", causal=bool(causal), window_size=tuple(window_size),
+        page_table=block_table, kv_layout="NHD", causal=bool(causal), window_size=window_size,
         softmax_scale=softmax_scale, return_lse=bool(return_attn_probs), lse_layout="head_major",
         lse_base="ln", backend=backend,
     )  # fmt: skip

@@ -13,6 +13,8 @@ CUDA-graph capturable whatever `is_cuda_graph_compatible` says.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import _checks as chk
@@ -60,7 +62,7 @@ def _scatter_rows(dst: torch.Tensor, src: torch.Tensor, src_starts, dst_starts, 
     rows = torch.arange(src.shape[0], device=src.device, dtype=torch.int32)
     seq = torch.searchsorted(src_starts[1:-1].contiguous(), rows, right=True) if src_starts.shape[0] > 2 else torch.zeros_like(rows)
     pos = rows - src_starts[seq.long()]
-    valid = pos < lengths[seq.long()]
+    valid = (pos >= 0) & (pos < lengths[seq.long()])
     target = dst_starts[seq.long()] + pos
     index = torch.where(valid, target, torch.full_like(target, dst.shape[0]))  # invalid rows -> a dropped slot
     padded = torch.cat([dst, dst[:1]]) if dst.shape[0] else dst.new_empty((1,) + tuple(dst.shape[1:]))
@@ -154,18 +156,44 @@ def cudnn_batch_prefill_with_kv_cache(
         starts_k = _starts("batch_offsets_k", batch_offsets_k, lens_k, h_kv * d_qk, units, k_cache.shape[0])
 
     out_dtype = o_data_type if o_data_type is not None else q.dtype
+    chk.python_int("max_token_per_sequence", max_token_per_sequence, minimum=0, allow_none=False)
+    chk.python_int("max_sequence_kv", max_sequence_kv, minimum=0, allow_none=False)
+    o_separate = batch_offsets_o is not None and batch_offsets_o is not batch_offsets_q
+    stats_packed = return_lse and batch_offsets_stats is not None
+    # Everything is checked before anything is written, the copy paths included.
     if out is not None:
         out = chk.tensor("out", out, rank=3)
         if out.dtype != out_dtype:
             raise TypeError(f"out: expected dtype {chk.dtype_name(out_dtype)}, got {chk.dtype_name(out.dtype)}")
-    o_separate = batch_offsets_o is not None and batch_offsets_o is not batch_offsets_q
-    stats_packed = return_lse and batch_offsets_stats is not None
+        if o_separate:
+            if tuple(out.shape[1:]) != (h_q, d_v):
+                raise ValueError(f"out: expected shape (rows, {h_q}, {d_v}) (rows, H_q, D_v), got {tuple(out.shape)}")
+            chk.same_device("out", out, q.device)
+            chk.not_self_overlapping("out", out)
+            for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+                if chk.overlaps(out, x):
+                    raise ValueError(f"out: expected memory apart from the inputs, got a tensor overlapping {name}")
+    if o_separate:
+        rows_o = out.shape[0] if out is not None else q.shape[0]
+        starts_o = _starts("batch_offsets_o", batch_offsets_o, lens_q, h_q * d_v, units, rows_o)
+    if stats_packed:
+        if lse is not None:
+            lse = chk.tensor("lse", lse, rank=3)
+            if lse.dtype != torch.float32:
+                raise TypeError(f"lse: expected dtype float32, got {chk.dtype_name(lse.dtype)}")
+            if not lse.is_contiguous() or lse.shape[-1] != h_q:
+                raise ValueError(f"lse: expected a contiguous (B, s_max, {h_q}) buffer with batch_offsets_stats, got "
+                                 f"shape {tuple(lse.shape)} strides {lse.stride()}")
+            chk.same_device("lse", lse, q.device)
+        rows_s = lse.numel() // h_q if lse is not None else batch * max_token_per_sequence
+        starts_s = _starts("batch_offsets_stats", batch_offsets_stats, lens_q, h_q, units, rows_s)
     target_out = out
     if target_out is None:
         target_out = torch.empty(q.shape[0], h_q, d_v, dtype=out_dtype, device=q.device)
     work_out = torch.empty(q.shape[0], h_q, d_v, dtype=out_dtype, device=q.device) if o_separate else target_out
-    if return_lse and lse is None:
-        lse = torch.empty(batch, max_token_per_sequence, h_q, dtype=torch.float32, device=q.device)
+    if return_lse and lse is None:  # packed stats leave rows outside every sequence: -inf there
+        alloc = torch.full if stats_packed else lambda shape, _, **kw: torch.empty(shape, **kw)
+        lse = alloc((batch, max_token_per_sequence, h_q), -math.inf, dtype=torch.float32, device=q.device)
 
     result = attention(
         q, k_cache, v_cache, starts_q, starts_k, max_token_per_sequence, max_sequence_kv,
@@ -176,13 +204,8 @@ def cudnn_batch_prefill_with_kv_cache(
     )  # fmt: skip
     out_written, lse_written = result if return_lse else (result, None)
     if o_separate:
-        starts_o = _starts("batch_offsets_o", batch_offsets_o, lens_q, h_q * d_v, units, target_out.shape[0])
         _scatter_rows(target_out, out_written, starts_q, starts_o, lens_q)
     if stats_packed:
-        starts_s = _starts("batch_offsets_stats", batch_offsets_stats, lens_q, h_q, units, lse.numel() // h_q)
-        flat = lse.view(-1, h_q) if lse.is_contiguous() else None
-        if flat is None:
-            raise ValueError("lse: expected a contiguous buffer when batch_offsets_stats is given")
-        _scatter_rows(flat, lse_written, starts_q, starts_s, lens_q)
+        _scatter_rows(lse.view(-1, h_q), lse_written, starts_q, starts_s, lens_q)
         lse_written = lse
     return target_out, lse_written
