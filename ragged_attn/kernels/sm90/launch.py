@@ -31,7 +31,14 @@ def _cutlass_dtype(name: str):
 
 
 def kernel_for(layout_class: LayoutClass):
-    """The kernel object for a class (tile config chosen here, per class)."""
+    """The kernel object for a class (tile config chosen here, per class).
+
+    Every class runs 128 x 128 tiles, 2 K/V stages, 2 MMA warpgroups with ping-pong and
+    intra-warpgroup overlap; 0 spill bytes for all 12 ragged classes (ptxas, 2026-11-30).
+    Measured on H200, 2026-11-30, 2 x 8192 tokens, H 64/8, d128 bf16 causal (median, do_bench):
+    no overlap / no ping-pong 551 TFLOP/s; + ping-pong 567; + intra-WG overlap 561-588 (FA4
+    4.0.0b36 596-613 in the same runs). d64 might prefer FA4's 192 x 128 (3 MMA warpgroups): untried.
+    """
     from .forward import RaggedForwardSm90
 
     return RaggedForwardSm90(
