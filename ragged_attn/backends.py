@@ -17,6 +17,10 @@ from .layout_class import HEAD_DIM_CLASSES, LayoutClass, head_dim_class
 from .problem import Problem, Tensors
 
 BACKENDS = ("auto", "reference", "cute")
+# Kernel limits: the batch is the grid's z extent; token indices and window bounds stay below
+# the kernel's 2**29 "unbounded" sentinel.
+MAX_BATCH = 65535
+MAX_TOKENS = 2**29
 _DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _LN2 = math.log(2.0)
 _USE_REFERENCE = 'pass backend="reference" for the exact PyTorch path'
@@ -109,6 +113,16 @@ def check_support(problem: Problem) -> LayoutClass:
         raise NotImplementedError(f"{reason}; {_USE_REFERENCE}")
     if problem.kv == "paged":
         raise NotImplementedError(f"page_table: paged KV on the kernel is not built yet; {_USE_REFERENCE}")
+    if problem.batch > MAX_BATCH:
+        raise NotImplementedError(
+            f"cu_seqlens_q: the kernel's grid holds at most {MAX_BATCH} sequences, got B = {problem.batch}; "
+            f"{_USE_REFERENCE}"
+        )
+    for name, total in (("q", problem.total_q), ("k", problem.total_k)):
+        if total >= MAX_TOKENS:
+            raise NotImplementedError(
+                f"{name}: the kernel indexes tokens below 2**29 = {MAX_TOKENS}, got {total} rows; {_USE_REFERENCE}"
+            )
     return layout_class
 
 

@@ -26,9 +26,9 @@ LSE_LAYOUTS = ("head_major", "token_major", "padded")
 LSE_BASES = ("ln", "log2")
 CAUSAL_VALUES = (False, True, "bottom_right", "top_left")
 MAX_HEAD_DIM = 256
-# Window bounds are 32-bit in the kernels; a bound this large is unbounded for any real sequence
-# (pass -1 for that).
-MAX_WINDOW = 2**30
+# Window bounds are 32-bit in the kernels, which keep 2**29 as "unbounded"; a bound this large is
+# unbounded for any real sequence (pass -1 for that).
+MAX_WINDOW = 2**29 - 1
 
 _MAX_SEQLEN_IS_TENSOR = " (a tensor would force a device-to-host sync on every call; pass the int you know)"
 
