@@ -1,0 +1,22 @@
+"""GPU test session summary: how many kernels the suite compiled (the compile-economy record)."""
+
+from __future__ import annotations
+
+
+def pytest_terminal_summary(terminalreporter):
+    import sys
+
+    lines = []
+    kernel_tests = sys.modules.get("tests.gpu.test_kernel_sm90") or sys.modules.get("test_kernel_sm90")
+    if kernel_tests is not None and hasattr(kernel_tests, "COMPILES"):
+        counts = kernel_tests.COMPILES
+        lines.append(f"kernel tests: {sum(counts.values())} compiles over {len(counts)} classes "
+                     f"(max per class {max(counts.values(), default=0)})")
+    if "ragged_attn" in sys.modules:
+        import ragged_attn
+
+        info = ragged_attn.cache_info()
+        lines.append(f"compile cache (API tests): compiles={info.compiles} memory_hits={info.memory_hits} "
+                     f"disk_hits={info.disk_hits} compile_seconds={info.compile_seconds:.1f} classes={len(info.classes)}")
+    for line in lines:
+        terminalreporter.write_line(line)
