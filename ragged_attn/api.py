@@ -150,11 +150,12 @@ class Plan:
     runs as long as the layout class stays the same.
     """
 
-    def __init__(self, problem: Problem, backend: str, layout_class: LayoutClass | None, options: dict):
+    def __init__(self, problem: Problem, backend: str, layout_class: LayoutClass | None, options: dict, bound=None):
         self.problem = problem
         self.backend = backend
         self.layout_class = layout_class
         self._options = options
+        self._bound = bound
 
     def __repr__(self) -> str:
         return f"Plan(backend={self.backend!r}, layout_class={self.layout_class})"
@@ -177,65 +178,39 @@ class Plan:
     ):
         """Run the planned call on new tensors of the same layout.
 
-        Arguments as `attention`. On the kernel it checks only what can differ from the plan:
-        dtypes, ranks, devices and alignment (a mismatch is a ValueError/TypeError naming the
-        argument); the rest was checked at plan time.
+        Arguments as `attention`. On the kernel, one fast predicate checks what can differ from
+        the plan (types, dtypes, ranks, device, head dims, alignment, int32 metadata, the kernel's
+        limits) and launches; if it fails, or the call passes an LSE buffer or empty tensors, the
+        full checks of `attention` run and raise the named ValueError/TypeError (or serve the call).
+        A call whose options would need another layout class is a ValueError.
 
         Returns:
             out, or (out, lse) when the plan returns the LSE.
         """
+        if self._bound is not None:
+            result = self._bound.try_launch(
+                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, lse
+            )
+            if result is not None:
+                return result
         if self.layout_class is None:
             return attention(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                 seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, out=out, lse=lse,
                 backend=self.backend, **self._options,
             )  # fmt: skip
-        p = self.problem
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if not isinstance(x, torch.Tensor):
-                raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-            if x.dtype != p.dtype:
-                raise TypeError(f"{name}: expected dtype {chk.dtype_name(p.dtype)} (the plan's), got {chk.dtype_name(x.dtype)}")
-            if x.device != p.device:
-                raise ValueError(f"{name}: expected a tensor on {p.device} (the plan's device), got {x.device}")
-            if x.dim() != 3:
-                raise ValueError(f"{name}: expected a 3-D tensor, got shape {tuple(x.shape)}")
-            if x.stride(-1) != 1:
-                raise ValueError(f"{name}: expected the last dim to be contiguous, got strides {x.stride()}")
-            chk.tma_aligned(name, x)
-        for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-            if not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or x.device != p.device:
-                got = type(x).__name__ if not isinstance(x, torch.Tensor) else f"{x.dtype} on {x.device}"
-                raise TypeError(f"{name}: expected an int32 tensor on {p.device}, got {got}")
-        if isinstance(max_seqlen_q, torch.Tensor) or isinstance(max_seqlen_k, torch.Tensor):
-            raise TypeError("max_seqlen_q: expected a Python int, got a torch.Tensor (it would force a device-to-host sync)")
-        total_q, h_q, _ = q.shape
-        h_kv = k.shape[1]
-        if q.shape[2] != p.d_qk or v.shape[2] != p.d_v or k.shape[2] != p.d_qk:
+        problem, tensors = build_problem(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, out=out, lse=lse, **self._options,
+        )  # fmt: skip
+        layout_class = backends.check_support(problem)
+        if layout_class != self.layout_class:
             raise ValueError(
-                f"q: expected head dims ({p.d_qk}, {p.d_v}) (the plan's), got q {q.shape[2]}, k {k.shape[2]}, v {v.shape[2]}"
+                f"q: these tensors need layout class {layout_class.name}, the plan was made for "
+                f"{self.layout_class.name}; make another plan"
             )
-        if h_q % h_kv:
-            raise ValueError(f"k: expected H_kv to divide H_q = {h_q}, got H_kv = {h_kv}")
-        batch = cu_seqlens_q.shape[0] - 1
-        problem = _replace_runtime(p, total_q, h_q, h_kv, k.shape[0], batch, max_seqlen_q, max_seqlen_k)
-        if out is not None and (tuple(out.shape) != (total_q, h_q, p.d_v) or out.dtype != p.out_dtype):
-            raise ValueError(f"out: expected shape {(total_q, h_q, p.d_v)} and dtype {p.out_dtype}, got {tuple(out.shape)} {out.dtype}")
-        tensors = Tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, page_table, out, lse)
-        o, l_ = backends.launch_cute(self.layout_class, problem, tensors)
-        return (o, l_) if p.return_lse else o
-
-
-def _replace_runtime(p: Problem, total_q, h_q, h_kv, total_k, batch, max_seqlen_q, max_seqlen_k) -> Problem:
-    import dataclasses
-
-    s_max = p.lse_s_max
-    if p.return_lse and p.lse_layout == "padded":
-        s_max = max_seqlen_q if max_seqlen_q is not None else p.lse_s_max
-    return dataclasses.replace(
-        p, total_q=total_q, h_q=h_q, h_kv=h_kv, total_k=total_k, batch=batch,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, lse_s_max=s_max,
-    )  # fmt: skip
+        o, l_ = backends.launch_cute(layout_class, problem, tensors)
+        return (o, l_) if problem.return_lse else o
 
 
 def plan(
@@ -265,8 +240,10 @@ def plan(
     from . import compile_cache
     from .kernels import sm90
 
-    compile_cache.get_kernel(layout_class, sm90.compile_forward)
-    return Plan(problem, backend, layout_class, options)
+    from .fast_launch import BoundKernel
+
+    compiled = compile_cache.get_kernel(layout_class, sm90.compile_forward)
+    return Plan(problem, backend, layout_class, options, BoundKernel(compiled, problem))
 
 
 def warmup(problems_or_classes: Iterable, *, arch: str | None = None, progress: bool = True) -> list[LayoutClass]:
