@@ -33,8 +33,18 @@ _LN2 = math.log(2.0)
 class BoundKernel:
     """A compiled kernel with the plan's fixed options bound; `try_launch` is the hot path."""
 
-    __slots__ = ("_compiled", "_dtype", "_out_dtype", "_device", "_d_qk", "_d_v", "_options", "_lse_layout",
-                 "_lse_scale", "_return_lse")  # fmt: skip
+    __slots__ = (
+        "_compiled",
+        "_d_qk",
+        "_d_v",
+        "_device",
+        "_dtype",
+        "_lse_layout",
+        "_lse_scale",
+        "_options",
+        "_out_dtype",
+        "_return_lse",
+    )  # fmt: skip
 
     def __init__(self, compiled, problem: Problem):
         from .kernels import sm90
