@@ -144,3 +144,25 @@ def test_flashinfer_adapter_ragged_on_the_kernel():
     close(out[rows], want[rows], "out")
     close(lse, want_lse, "lse", atol=1e-2, rtol=0)
     assert torch.all(lse[2, 8:] == -math.inf)
+
+
+def test_attention_fast_path_across_shapes_and_still_checks():
+    """Repeated calls with the same options take the fast path; results and errors stay right."""
+    for seed in range(6):
+        case = Case(300 + seed, [seed * 41 % 300 + 1, 17], [seed * 67 % 400 + 1, 60], 8, 8 // (1 + seed % 2) if seed % 3 else 2,
+                    64, 64, dtype=torch.float16, causal=True, lse_layout="token_major")
+        args, kwargs = case.make("cuda")
+        out, lse = ragged_attn.attention(*args, **kwargs, return_lse=True)
+        want, want_lse = ragged_attn.attention(*args, **kwargs, return_lse=True, backend="reference")
+        rows = valid_rows(case, args[3])
+        close(out[rows], want[rows], f"attention seed {seed}")
+        close(lse[rows], want_lse[rows], f"lse seed {seed}", atol=1e-2, rtol=0)
+    q, k, v, cu_q, cu_k, mq, mk = args
+    with pytest.raises(TypeError, match="max_seqlen_k"):
+        ragged_attn.attention(q, k, v, cu_q, cu_k, mq, torch.tensor(mk), **kwargs, return_lse=True)
+    with pytest.raises(ValueError, match="k: expected H_kv"):
+        ragged_attn.attention(q, k[:, :1].expand(-1, 3, -1), v[:, :1].expand(-1, 3, -1), cu_q, cu_k, mq, mk,
+                              **kwargs, return_lse=True)
+    with pytest.raises(ValueError, match="16 bytes"):
+        ragged_attn.attention(q, k, torch.empty(v.shape[0], v.shape[1], 68, device="cuda", dtype=v.dtype)[..., 2:66],
+                              cu_q, cu_k, mq, mk, **kwargs, return_lse=True)
