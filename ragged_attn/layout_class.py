@@ -17,11 +17,11 @@ DTYPES = ("bf16", "fp16")
 MASK_FAMILIES = ("none", "causal", "window")
 KV_KINDS = ("ragged", "paged")
 
-# Head-dim classes served by a kernel, as (d_qk, d_v). Other head dims ride the smallest class
-# whose dims are >= theirs (a zero-padded envelope, padding done by predicated loads in the
-# kernel) -- see `head_dim_class`.
-HEAD_DIM_CLASSES = ((64, 64), (128, 128))
-
+# Head-dim classes served by a kernel, as (d_qk, d_v), cheapest first. Any (d_qk, d_v) (multiples
+# of 8 up to 256) rides the cheapest class whose dims are both >= its own: a zero-padded envelope.
+# The kernel reads the real dims at run time (TMA zero-fills the columns past them, the O store
+# skips them), so every problem a class envelopes runs one compiled kernel. See `head_dim_class`.
+HEAD_DIM_CLASSES = ((32, 32), (64, 64), (96, 96), (128, 128), (192, 128), (256, 256))
 
 @dataclass(frozen=True, order=True)
 class LayoutClass:
@@ -78,8 +78,9 @@ class LayoutClass:
 
 
 def head_dim_class(d_qk: int, d_v: int) -> tuple[int, int] | None:
-    """The smallest head-dim class that holds (d_qk, d_v), or None when no class does."""
-    for cq, cv in HEAD_DIM_CLASSES:
-        if d_qk == cq and d_v == cv:
-            return (cq, cv)
-    return None
+    """The class serving (d_qk, d_v): among the classes with d_qk <= class d_qk and d_v <= class
+    d_v, the one with the least work per (query, key) pair (class d_qk + d_v); None when none holds
+    it. E.g. 40 -> (64, 64), 80 -> (96, 96), 112 -> (128, 128), (160, 128) -> (192, 128),
+    (192, 192) -> (256, 256); exact dims of a class map to themselves."""
+    fits = [(cq + cv, (cq, cv)) for cq, cv in HEAD_DIM_CLASSES if d_qk <= cq and d_v <= cv]
+    return min(fits)[1] if fits else None

@@ -50,11 +50,17 @@ def store_tile(
     has_lse: cutlass.Constexpr[bool],
     num_mma_threads: cutlass.Constexpr[int],
     barrier_id: cutlass.Constexpr[int],
+    o_aliases_q: cutlass.Constexpr[bool],
 ):
     """O (normalised, fp32 registers) -> out dtype -> smem (stmatrix) -> 128-bit global stores of
-    rows < len_q; LSE (scaled to its base) for rows < len_q, -inf for padded rows < lse_s_max."""
+    rows < len_q and columns < mO's run-time head dim (an envelope class never writes the columns
+    past the real d_v); LSE (scaled to its base) for rows < len_q, -inf for padded rows < lse_s_max.
+    o_aliases_q: sO is Q's buffer, so wait until every MMA warpgroup's GEMMs (which read sQ) are
+    done before writing it."""
     rO = cute.make_rmem_tensor_like(acc_O, out_dtype)
     rO.store(acc_O.load().to(out_dtype))
+    if const_expr(o_aliases_q):
+        cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_mma_threads)
     smem_copy = cute.make_tiled_copy_C(
         cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), out_dtype),
         tiled_mma_pv,
@@ -87,6 +93,23 @@ def store_tile(
     )
     tOgO = gmem_copy.partition_D(gO)
     tOcO_g = gmem_copy.partition_S(cute.make_identity_tensor((tile_m, d_v)))
+    tOpO = column_predicate(tOcO_g, mO.shape[2])
     for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
         if tOcO_g[0, rm, 0][0] < rows_left:
-            cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None])
+            cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None], pred=tOpO[None, rm, None])
+
+
+@cute.jit
+def column_predicate(tXcX: cute.Tensor, limit: Int32) -> cute.Tensor:
+    """One flag per copy-atom instance of a (atom values, rows, cols) partition of an identity
+    tensor: its first column < limit (the run-time head dim; a multiple of the 8-element atom).
+    The row mode has stride 0: rows are predicated separately."""
+    n_v = cute.size(tXcX, mode=[0, 1])
+    n_c = cute.size(tXcX, mode=[2])
+    pred = cute.make_rmem_tensor(
+        cute.make_layout((n_v, cute.size(tXcX, mode=[1]), n_c), stride=(n_c, 0, 1)), cutlass.Boolean
+    )
+    for v in cutlass.range_constexpr(n_v):
+        for c in cutlass.range_constexpr(n_c):
+            pred[v, 0, c] = cute.elem_less(tXcX[(0, v), 0, c][1], limit)
+    return pred

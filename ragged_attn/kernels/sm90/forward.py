@@ -5,19 +5,25 @@ Structure (one CTA = one (m_block, query head, sequence) tile; FA4's Hopper forw
   (1-stage pipeline) and of K and V (two `PipelineTmaAsync`s, `num_stages` deep), walking the key
   blocks from the last one down. Warpgroups 1 and 2 each own 64 of the tile_m = 128 query rows:
   S = Q K^T (SS WGMMA), mask on boundary blocks, online softmax, O += P V (RS WGMMA, P stays in
-  registers), then the epilogue (O through smem, 128-bit row-predicated stores; LSE per row).
+  registers), then the epilogue (O through smem, 128-bit row- and column-predicated stores; LSE
+  per row). Tiles per class: tile_config.py (tile_m = 128, tile_n 80..128).
 - Grid (m_blocks, H_q, B), m_blocks = ceil(max(max_seqlen_q, lse_s_max) / tile_m), visited in
   reverse so causal tiles with the most work start first. A tile whose first row is past len_q
   computes nothing; it only writes -inf into padded LSE rows [len_q, lse_s_max).
 - Non-packed GQA: query head h reads key/value head h // (H_q // H_kv), the ratio read from the
   tensor extents at run time.
-- Every number is run time (lengths, heads, strides, scale, window, alignment, LSE addressing);
-  compile-time choices are only those of the `LayoutClass` (dims, dtypes, mask family, LSE, KV).
+- Every number is run time (lengths, heads, strides, scale, window, alignment, LSE addressing,
+  the real head dims); compile-time choices are only those of the `LayoutClass` (dims, dtypes,
+  mask family, LSE, KV) and its tile config (tile_config.py).
+- Envelopes: the class's d_qk, d_v size the smem tiles; the tensors' head dims may be smaller
+  (multiples of 8). TMA descriptors carry the real extents, so Q/K/V columns past them arrive as
+  zeros (they add 0 to Q K^T and to the unused O columns), and the O store skips them.
 
 Contract rules for this module (tests/gpu/test_kernel_sm90.py checks them):
 1. Rows past len_q are never stored; key columns past len_k never reach the softmax.
 2. Fully masked rows (len_k = 0, window misses) give O = 0 and LSE = -inf, never NaN.
 3. Padded LSE rows in [len_q, lse_s_max) hold -inf after the launch.
+4. Output columns past the real d_v are never written.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from .epilogue import lse_index, store_tile
 from .mask import apply_mask
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_as_operand_a, acc_rows_view, rescale_rows
+from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes
 
 LOG2_E = math.log2(math.e)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
@@ -70,25 +77,29 @@ class RaggedForwardSm90:
         d_v: int,
         mask: str,
         has_lse: bool,
-        tile_m: int = 128,
-        tile_n: int = 128,
-        num_stages: int = 2,
-        pingpong: bool = True,
-        overlap: bool = True,
+        config: TileConfig = TileConfig(),
     ):
+        """d_qk, d_v: the class's head dims (the smem boxes); the tensors' own head dims are run
+        time and may be smaller (an envelope: TMA zero-fills the columns past them, the O store
+        skips them)."""
         assert mask in ("none", "causal", "window")
-        assert tile_m == 64 * self.num_mma_warpgroups
+        assert config.tile_m == 64 * self.num_mma_warpgroups
+        alias = o_aliases_q(config, d_qk, d_v)
+        self.smem_planned = smem_bytes(config, d_qk, d_v, o_separate=not alias)
+        if self.smem_planned > SMEM_CAPACITY or (alias and d_v > d_qk):
+            raise ValueError(f"RaggedForwardSm90: {config} for d ({d_qk}, {d_v}) does not fit {SMEM_CAPACITY} B of smem")
         self.dtype = dtype
         self.out_dtype = out_dtype
         self.d_qk = d_qk
         self.d_v = d_v
         self.mask = mask
         self.has_lse = has_lse
-        self.tile_m = tile_m
-        self.tile_n = tile_n
-        self.num_stages = num_stages
-        self.pingpong = pingpong
-        self.overlap = overlap
+        self.tile_m = config.tile_m
+        self.tile_n = config.tile_n
+        self.num_stages = config.num_stages
+        self.pingpong = config.pingpong
+        self.overlap = config.overlap
+        self.o_aliases_q = alias
         self.has_right = mask in ("causal", "window")
         self.has_left = mask == "window"
         self.num_mma_threads = 128 * self.num_mma_warpgroups
@@ -165,9 +176,11 @@ class RaggedForwardSm90:
         self.bytes_k = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
         self.bytes_v = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
 
-        # O: smem -> registers -> 128-bit global stores, `threads_per_row` threads per 64 columns.
+        # O: smem -> registers -> 128-bit global stores; `threads_per_row` threads cover up to 64
+        # columns (one 128-byte swizzle row of 16-bit elements) and divide the row's chunks.
         elems = 128 // self.out_dtype.width
-        threads_per_row = 64 // elems  # one 128-byte swizzle row of 16-bit elements
+        chunks = self.d_v // elems
+        threads_per_row = next(t for t in (8, 4, 2, 1) if chunks % t == 0)
         o_thr_layout = cute.make_ordered_layout(
             (self.num_mma_threads // threads_per_row, threads_per_row), order=(1, 0)
         )
@@ -177,15 +190,8 @@ class RaggedForwardSm90:
             cute.make_layout((1, elems)),
         )
 
-        @cute.struct
-        class SharedStorage:
-            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
-            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
-            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
-            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
-            sO: cute.struct.Align[cute.struct.MemRange[self.out_dtype, cute.cosize(sO_layout)], 1024]
+        SharedStorage = self.storage_struct(sQ_layout, sK_layout, sV_layout, sO_layout)
+        assert SharedStorage.size_in_bytes() == self.smem_planned, "tile_config.smem_bytes is out of date"
 
         num_m_blocks = (cutlass.max(max_seqlen_q, lse_s_max) + (self.tile_m - 1)) // self.tile_m
         scale_log2 = softmax_scale * Float32(LOG2_E)
@@ -228,6 +234,24 @@ class RaggedForwardSm90:
             stream=stream,
             min_blocks_per_mp=1,
         )
+
+    def storage_struct(self, sQ_layout, sK_layout, sV_layout, sO_layout):
+        """The shared-memory struct (plain Python at trace time): barriers, Q, K and V stages, and
+        O's staging buffer unless it aliases Q's (see tile_config.o_aliases_q)."""
+        def buf(dtype, layout):
+            return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
+
+        fields = {
+            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
+            "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
+            "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
+            "sQ": buf(self.dtype, sQ_layout),
+            "sK": buf(self.dtype, sK_layout),
+            "sV": buf(self.dtype, sV_layout),
+        }
+        if not self.o_aliases_q:
+            fields["sO"] = buf(self.out_dtype, sO_layout)
+        return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
     # ------------------------------------------------------------------ device side
     @cute.kernel
@@ -309,7 +333,10 @@ class RaggedForwardSm90:
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-        sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
+        if const_expr(self.o_aliases_q):  # written only after every MMA warpgroup is done with sQ
+            sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner, dtype=self.out_dtype)
+        else:
+            sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
         # V^T view (d_v, tile_n, stages) for the B operand of O += P V.
         sVt = cute.composition(
             sV, cute.make_ordered_layout((self.d_v, self.tile_n, self.num_stages), order=(1, 0, 2))
@@ -546,6 +573,7 @@ class RaggedForwardSm90:
             acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
             m_block, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
             self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
+            self.o_aliases_q,
         )
 
     @cute.jit

@@ -30,16 +30,11 @@ def _cutlass_dtype(name: str):
     return {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}[name]
 
 
-def kernel_for(layout_class: LayoutClass):
-    """The kernel object for a class (tile config chosen here, per class).
-
-    Every class runs 128 x 128 tiles, 2 K/V stages, 2 MMA warpgroups with ping-pong and
-    intra-warpgroup overlap; 0 spill bytes for all 12 ragged classes (ptxas, 2026-11-30).
-    Measured on H200, 2026-11-30, 2 x 8192 tokens, H 64/8, d128 bf16 causal (median, do_bench):
-    no overlap / no ping-pong 551 TFLOP/s; + ping-pong 567; + intra-WG overlap 561-588 (FA4
-    4.0.0b36 596-613 in the same runs). d64 might prefer FA4's 192 x 128 (3 MMA warpgroups): untried.
-    """
+def kernel_for(layout_class: LayoutClass, config=None):
+    """The kernel object for a class; `config` (a TileConfig) overrides the class's own tiles
+    (tools only: tools/bench_sm90.py compares candidates, the library never passes one)."""
     from .forward import RaggedForwardSm90
+    from .tile_config import tile_config
 
     return RaggedForwardSm90(
         dtype=_cutlass_dtype(layout_class.dtype),
@@ -48,14 +43,15 @@ def kernel_for(layout_class: LayoutClass):
         d_v=layout_class.d_v,
         mask=layout_class.mask,
         has_lse=layout_class.lse,
-        tile_m=128,
-        tile_n=128,
-        num_stages=2,
+        config=config if config is not None else tile_config(layout_class),
     )
 
 
-def compile_forward(layout_class: LayoutClass, extra_options: str = ""):
+def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=None):
     """Compile the forward kernel of `layout_class` for sm_90a; returns the TVM-FFI function.
+
+    The head dims of q/k (d_qk) and v/out (d_v) are run-time extents up to the class's
+    (multiples of 8, checked by the caller): one compiled class serves every problem it envelopes.
 
     Raises NotImplementedError for kv="paged" (a later issue) and ValueError for another arch.
     `extra_options` is appended to the DSL options (e.g. "remarks{ptx}" prints ptxas usage).
@@ -69,7 +65,7 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = ""):
     import cutlass.cute as cute
     from cutlass import Float32, Int32, Int64
 
-    kernel = kernel_for(layout_class)
+    kernel = kernel_for(layout_class, config)
     dt = _cutlass_dtype(layout_class.dtype)
     odt = _cutlass_dtype(layout_class.out_dtype)
 
@@ -78,11 +74,13 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = ""):
 
     total_q, total_k = cute.sym_int(), cute.sym_int()
     h_q, h_kv = cute.sym_int(), cute.sym_int()
+    # Real head dims: run time (the class's dims size the smem tiles only).
+    d_qk, d_v = cute.sym_int(divisibility=8), cute.sym_int(divisibility=8)
     fake = cute.runtime.make_fake_tensor
-    q = fake(dt, (total_q, h_q, layout_class.d_qk), (stride64(), stride64(), 1), assumed_align=16)
-    k = fake(dt, (total_k, h_kv, layout_class.d_qk), (stride64(), stride64(), 1), assumed_align=16)
-    v = fake(dt, (total_k, h_kv, layout_class.d_v), (stride64(), stride64(), 1), assumed_align=16)
-    out = fake(odt, (total_q, h_q, layout_class.d_v), (stride64(), stride64(), 1), assumed_align=16)
+    q = fake(dt, (total_q, h_q, d_qk), (stride64(), stride64(), 1), assumed_align=16)
+    k = fake(dt, (total_k, h_kv, d_qk), (stride64(), stride64(), 1), assumed_align=16)
+    v = fake(dt, (total_k, h_kv, d_v), (stride64(), stride64(), 1), assumed_align=16)
+    out = fake(odt, (total_q, h_q, d_v), (stride64(), stride64(), 1), assumed_align=16)
     lse = fake(Float32, (cute.sym_int(),), (1,), assumed_align=4) if layout_class.lse else None
     cu_q = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
     cu_k = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
@@ -127,8 +125,10 @@ def launch_forward(
 ):
     """Launch `compiled` on torch's current stream. The caller has checked everything.
 
-    q (total_q, H_q, d_qk), k/v (total_k, H_kv, d), out (total_q, H_q, d_v): torch tensors with a
-    unit last stride, 16-byte aligned, other strides multiples of 8 elements. lse: float32 tensor
+    q (total_q, H_q, d_qk), k (total_k, H_kv, d_qk), v (total_k, H_kv, d_v), out (total_q, H_q,
+    d_v): torch tensors with a unit last stride, 16-byte aligned, other strides multiples of 8
+    elements; d_qk, d_v multiples of 8 no larger than the class's (an envelope: out columns past
+    d_v are never written). lse: float32 tensor
     of any shape (or None for a no-LSE class); element (row i of sequence b, head h) sits at
     lse.flatten-index b*s_b + cu_seqlens_q[b]*s_tok + i*s_row + h*s_h relative to lse's first
     element, with lse_strides = (s_b, s_tok, s_row, s_h) in elements. lse_s_max: rows per
