@@ -26,10 +26,11 @@ def meta_call(*, total_q=100, total_k=120, h_q=8, h_kv=2, d=128, d_v=None, batch
     return dict(q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu, **options)
 
 
-# The calls whose classes the golden file records: every family the kernels serve today.
+# The calls whose classes the golden file records: every family the kernels serve today, on every
+# head-dim class, plus real head dims that ride an envelope (their keys name the class's dims).
 SNAPSHOT_CALLS = {
-    f"d{d}-{dt}-{name}": dict(d=d, dtype=dtype, **opts)
-    for d in (64, 128)
+    f"d{d}{'' if d == d_v else f'x{d_v}'}-{dt}-{name}": dict(d=d, d_v=d_v, dtype=dtype, **opts)
+    for d, d_v in ((32, 32), (64, 64), (96, 96), (128, 128), (192, 128), (256, 256))
     for dt, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16))
     for name, opts in {
         "full": {},
@@ -37,6 +38,9 @@ SNAPSHOT_CALLS = {
         "causal-top-left-lse": dict(causal="top_left", return_lse=True),
         "window-lse-padded": dict(window_size=(128, 0), return_lse=True, lse_layout="padded", max_seqlen_q=64),
     }.items()
+} | {
+    f"envelope-d{d}x{d_v}-bf16-causal": dict(d=d, d_v=d_v, causal=True)
+    for d, d_v in ((8, 8), (40, 40), (80, 80), (112, 112), (160, 96), (200, 136), (64, 128))
 }
 
 
@@ -94,9 +98,27 @@ def test_options_that_are_in_the_key_do_change_it():
     assert layout_class_of(**meta_call(window_size=(5, -1))) != base
 
 
+def test_every_head_dim_rides_the_cheapest_class_that_holds_it():
+    """Every (d_qk, d_v) the API accepts (multiples of 8 up to 256) has a class; it holds the dims
+    and no other class that holds them does less work per pair. Past 256 there is none."""
+    from ragged_attn.layout_class import HEAD_DIM_CLASSES, head_dim_class
+
+    for d_qk in range(8, 257, 8):
+        for d_v in range(8, 257, 8):
+            cls = head_dim_class(d_qk, d_v)
+            assert cls in HEAD_DIM_CLASSES and d_qk <= cls[0] and d_v <= cls[1], (d_qk, d_v, cls)
+            holders = [c for c in HEAD_DIM_CLASSES if d_qk <= c[0] and d_v <= c[1]]
+            assert sum(cls) == min(sum(c) for c in holders), (d_qk, d_v, cls)
+    for dims in HEAD_DIM_CLASSES:
+        assert head_dim_class(*dims) == dims
+    assert head_dim_class(264, 8) is None and head_dim_class(8, 264) is None
+    lc = layout_class_of(**meta_call(d=96))
+    assert (lc.d_qk, lc.d_v) == (96, 96)
+    lc = layout_class_of(**meta_call(d=40))
+    assert (lc.d_qk, lc.d_v) == (64, 64)
+
+
 def test_unserved_problems_decline_with_reason():
-    with pytest.raises(NotImplementedError, match="head dims"):
-        layout_class_of(**meta_call(d=96))
     with pytest.raises(NotImplementedError, match="float16/bfloat16"):
         layout_class_of(**meta_call(dtype=torch.float32))
     with pytest.raises(NotImplementedError, match="sm_90a"):

@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sm_90a)"),
 ]
 
-from ragged_attn.layout_class import LayoutClass  # noqa: E402
+from ragged_attn.layout_class import LayoutClass, head_dim_class  # noqa: E402
 
 _COMPILED: dict = {}
 COMPILES: Counter = Counter()
@@ -89,6 +89,8 @@ def run_case(c: dict, lc_cache=None):
     lens_q, lens_k = c["lens_q"], c["lens_k"]
     B = len(lens_q)
     hq, hkv, d = c["hq"], c["hkv"], c["d"]
+    dv = c.get("dv", d)
+    lc = layout_class_of_case(c)
     dt = TORCH_DTYPE[c["dtype"]]
     mask = c["mask"]
     lse_layout = c.get("lse", "token")  # none/token/head/padded
@@ -111,8 +113,13 @@ def run_case(c: dict, lc_cache=None):
         buf = torch.randn(max(n, 1), h, dd + pad, generator=g).to(dt).to(dev)
         return buf[:n, :, :dd]
 
-    q, k, v = rand(total_q, hq, d), rand(total_k, hkv, d), rand(total_k, hkv, d)
-    out = torch.full((max(total_q, 1), hq, d), float("nan"), dtype=TORCH_DTYPE[c.get("out_dtype", c["dtype"])], device=dev)[:total_q]
+    q, k, v = rand(total_q, hq, d), rand(total_k, hkv, d), rand(total_k, hkv, dv)
+    # An envelope (real d_v < the class's) writes into a NaN-poisoned buffer wide enough for every
+    # column the class could touch, then checks the columns past d_v stayed NaN.
+    out_pad = c.get("out_pad", lc.d_v - dv + 8 if lc.d_v != dv else 0)
+    out_dt = TORCH_DTYPE[c.get("out_dtype", c["dtype"])]
+    out_buf = torch.full((max(total_q, 1), hq, dv + out_pad), float("nan"), dtype=out_dt, device=dev)[:total_q]
+    out = out_buf[:, :, :dv]
     cu_q_t = torch.tensor(cu_q, dtype=torch.int32, device=dev)
     cu_k_t = torch.tensor(cu_k, dtype=torch.int32, device=dev)
     su_q = torch.tensor(lens_q, dtype=torch.int32, device=dev) if seqused else None
@@ -135,7 +142,6 @@ def run_case(c: dict, lc_cache=None):
         buf = torch.full(phys_shape, float("nan"), device=dev)
         lse = buf.permute([order.index(a) for a in range(3)])  # logical (B, H, S) view
         strides = (lse.stride(0), 0, lse.stride(2), lse.stride(1))
-    lc = LayoutClass("sm_90a", d, d, c["dtype"], c.get("out_dtype", c["dtype"]), mask, lse is not None, "ragged")
     fn = compiled_for(lc)
     max_seqlen_q = max(lens_q + [0]) + c.get("msq_extra", 0)
     left, right = c.get("left", -1), c.get("right", -1)
@@ -154,6 +160,18 @@ def run_case(c: dict, lc_cache=None):
         q, k, v, cu_q[:-1], lens_q, cu_k[:-1], lens_k, scale, mask, left, right, c.get("bottom_right", True)
     )
     check(out, lse, ref_o, ref_lse, lse_layout, cu_q, lens_q, s_max, log2_base, B, hq)
+    if out_pad:
+        assert torch.isnan(out_buf[:, :, dv:].float()).all(), f"an output column past d_v = {dv} was written"
+
+
+def layout_class_of_case(c: dict) -> LayoutClass:
+    """The class a case runs: `cls` (d_qk, d_v) when given, else the one head_dim_class picks."""
+    d, dv = c["d"], c.get("dv", c["d"])
+    dims = c.get("cls") or head_dim_class(d, dv)
+    assert dims is not None and d <= dims[0] and dv <= dims[1], (d, dv, dims)
+    lse = c.get("lse", "token") != "none"
+    out_dtype = c.get("out_dtype", c["dtype"])
+    return LayoutClass("sm_90a", dims[0], dims[1], c["dtype"], out_dtype, c["mask"], lse, "ragged")
 
 
 def check(out, lse, ref_o, ref_lse, lse_layout, cu_q, lens_q, s_max, log2_base, B, hq):
@@ -269,6 +287,97 @@ NAMED = {
 @pytest.mark.parametrize("name", list(NAMED))
 def test_named(name):
     run_case(NAMED[name])
+
+
+# ----------------------------------------------------------------------------- head-dim classes
+# (d_qk, d_v, class or None = head_dim_class's pick): every class, and envelopes into each.
+HEAD_DIMS = [
+    (8, 8, None),  # -> (32, 32)
+    (32, 32, None),
+    (32, 32, (64, 64)),  # d32 through the d64 envelope (the alternative to its own class)
+    (40, 40, None),  # -> (64, 64)
+    (96, 96, None),
+    (80, 80, None),  # -> (96, 96)
+    (112, 112, None),  # -> (128, 128)
+    (192, 128, None),
+    (160, 96, None),  # -> (192, 128)
+    (256, 256, None),
+    (200, 136, None),  # -> (256, 256)
+]
+
+# Feature mixes run on every head dim: GQA, empty sequences, key lengths off every tile size
+# (80, 128), each mask family and alignment, each LSE layout, seqused, fp16 without LSE.
+HD_SCENARIOS = {
+    "causal_gqa_empty": dict(lens_q=[0, 70, 0, 129, 3], lens_k=[0, 90, 33, 261, 5], hq=8, hkv=2, lse="token"),
+    "none_kvtail_padded": dict(lens_q=[129, 255], lens_k=[257, 383], hq=4, hkv=4, mask="none", lse="padded"),
+    "window_seqused_head": dict(
+        lens_q=[300, 1], lens_k=[500, 700], hq=6, hkv=3, mask="window", left=100, right=20, seqused=True,
+        lse="head",
+    ),
+    "causal_tl_fp16_nolse": dict(lens_q=[200, 31], lens_k=[250, 40], hq=4, hkv=1, bottom_right=False,
+                                 dtype="fp16", lse="none"),
+}
+
+
+def _hd_case(dims, scenario):
+    d, dv, cls = dims
+    c = dict(seed=17, dtype="bf16", mask="causal", d=d, dv=dv, cls=cls)
+    c.update(HD_SCENARIOS[scenario])
+    return c
+
+
+def _hd_id(dims):
+    d, dv, cls = dims
+    return f"d{d}x{dv}" + (f"-in{cls[0]}x{cls[1]}" if cls else "")
+
+
+@pytest.mark.parametrize("scenario", list(HD_SCENARIOS))
+@pytest.mark.parametrize("dims", HEAD_DIMS, ids=_hd_id)
+def test_head_dims(dims, scenario):
+    run_case(_hd_case(dims, scenario))
+
+
+def _random_hd_case(i: int) -> dict:
+    """Random shapes over every head-dim class and envelope (bf16, LSE on: 3 classes per dims)."""
+    r = random.Random(5000 + i)
+    d, dv, cls = HEAD_DIMS[i % len(HEAD_DIMS)]
+    hkv = r.choice([1, 2, 4])
+    B = r.choice([1, 2, 3, 5])
+    maxlen = r.choice([16, 81, 200, 450])
+    lens_q = [r.randint(0, maxlen) for _ in range(B)]
+    lens_k = list(lens_q) if r.random() < 0.4 else [r.randint(0, maxlen) for _ in range(B)]
+    mask = r.choice(["none", "causal", "causal_tl", "window"])
+    c = dict(
+        seed=i, lens_q=lens_q, lens_k=lens_k, hq=hkv * r.choice([1, 2, 3, 4]), hkv=hkv, d=d, dv=dv, cls=cls,
+        dtype="bf16", mask="causal" if mask == "causal_tl" else mask, bottom_right=mask != "causal_tl",
+        lse=r.choice(["token", "head", "padded"]), log2=r.random() < 0.3, seqused=r.random() < 0.2,
+        pad_stride=r.choice([0, 8]),
+    )
+    gap = (cls or head_dim_class(d, dv))[1] - dv  # columns the class could touch past d_v
+    c["out_pad"] = r.choice([gap, gap + 8, 264 - dv]) if gap else r.choice([0, 8, 264 - dv])
+    if mask == "window":
+        c["left"] = r.choice([-1, 0, 17, 100])
+        c["right"] = r.choice([-1, 0, 5, 90])
+        c["bottom_right"] = r.random() < 0.5
+    return c
+
+
+RANDOM_HD_CASES = [_random_hd_case(i) for i in range(44)]
+
+
+@pytest.mark.parametrize(
+    "case",
+    RANDOM_HD_CASES,
+    ids=[f"rh{i}-{_hd_id((c['d'], c['dv'], c['cls']))}-{c['mask']}" for i, c in enumerate(RANDOM_HD_CASES)],
+)
+def test_random_head_dims(case):
+    run_case(case)
+
+
+def all_cases() -> list[dict]:
+    """Every case of this module with its own class (tools/prebuild_sm90.py builds their classes)."""
+    hd = [_hd_case(dims, sc) for dims in HEAD_DIMS for sc in HD_SCENARIOS]
+    return RANDOM_CASES + list(NAMED.values()) + hd + RANDOM_HD_CASES
 
 
 def test_one_compile_across_shapes():

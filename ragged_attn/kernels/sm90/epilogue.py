@@ -96,7 +96,9 @@ def store_tile(
     tOpO = column_predicate(tOcO_g, mO.shape[2])
     for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
         if tOcO_g[0, rm, 0][0] < rows_left:
-            cute.copy(gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None], pred=tOpO[None, rm, None])
+            cute.copy(
+                gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None], pred=tOpO[None, rm, None]
+            )
 
 
 @cute.jit

@@ -87,7 +87,10 @@ class RaggedForwardSm90:
         alias = o_aliases_q(config, d_qk, d_v)
         self.smem_planned = smem_bytes(config, d_qk, d_v, o_separate=not alias)
         if self.smem_planned > SMEM_CAPACITY or (alias and d_v > d_qk):
-            raise ValueError(f"RaggedForwardSm90: {config} for d ({d_qk}, {d_v}) does not fit {SMEM_CAPACITY} B of smem")
+            raise ValueError(
+                f"RaggedForwardSm90: {config} for d ({d_qk}, {d_v}) needs {self.smem_planned} B of smem "
+                f"(at most {SMEM_CAPACITY})"
+            )
         self.dtype = dtype
         self.out_dtype = out_dtype
         self.d_qk = d_qk

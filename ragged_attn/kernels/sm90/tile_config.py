@@ -35,7 +35,7 @@ class TileConfig:
 
     def __post_init__(self) -> None:
         if self.tile_m != 128:
-            raise ValueError(f"TileConfig.tile_m: the kernel runs 2 MMA warpgroups (128 rows), got {self.tile_m}")
+            raise ValueError(f"TileConfig.tile_m: the kernel runs 2 MMA warpgroups (128), got {self.tile_m}")
         if self.tile_n % 16 or not 16 <= self.tile_n <= 256:
             raise ValueError(f"TileConfig.tile_n: expected a multiple of 16 in [16, 256], got {self.tile_n}")
         if self.num_stages < 1:
