@@ -1,53 +1,85 @@
-"""Export sm_90a kernels of given layout classes to `<dir>/<class.name>.o` (TVM-FFI symbol `fwd`).
+"""Export sm_90a kernels to `<dir>/<class.name>.o` (TVM-FFI symbol `fwd`), and tile candidates to
+`<dir>/variants/<class.name>--n<tile_n>-pp<0|1>.o`.
 
-Used to carry kernels compiled on a CPU box to the GPU machine (tests read them through
-RAGGED_ATTN_SM90_PREBUILT). Usage: CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py DIR [--jobs N]
+Used to carry kernels compiled on a CPU box to the GPU machine: tests/gpu/test_kernel_sm90.py
+reads the classes its cases use through RAGGED_ATTN_SM90_PREBUILT, tools/bench_sm90.py the
+classes and the candidates of `VARIANTS`.
+Usage: CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py DIR [--jobs N] [--no-variants]
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+# Tile candidates timed beside each class's own config (bf16, causal, LSE on):
+# (d_qk, d_v, tile_n, pingpong).
+VARIANTS = (
+    (32, 32, 192, True),
+    (32, 32, 256, True),
+    (64, 64, 192, True),
+    (96, 96, 144, True),
+    (192, 128, 128, True),
+    (192, 128, 112, False),
+    (192, 128, 96, False),
+    (256, 256, 80, True),
+    (256, 256, 64, False),
+    (256, 256, 64, True),
+)
+
+
+def variant_class(d_qk, d_v):
+    from ragged_attn.layout_class import LayoutClass
+
+    return LayoutClass("sm_90a", d_qk, d_v, "bf16", "bf16", "causal", True, "ragged")
+
+
+def variant_name(d_qk, d_v, tile_n, pingpong) -> str:
+    return f"{variant_class(d_qk, d_v).name}--n{tile_n}-pp{int(pingpong)}"
 
 
 def test_classes():
-    from ragged_attn.layout_class import LayoutClass
+    """Every class the GPU kernel tests run, plus the bench's (bf16 causal LSE per head-dim class)."""
+    from ragged_attn.layout_class import HEAD_DIM_CLASSES
+    from tests.gpu.test_kernel_sm90 import all_cases, layout_class_of_case
 
-    out = [
-        LayoutClass("sm_90a", d, d, dt, dt, m, True, "ragged")
-        for d, dt, m in itertools.product((64, 128), ("bf16", "fp16"), ("none", "causal", "window"))
-    ]
-    out += [
-        LayoutClass("sm_90a", 128, 128, "bf16", "fp16", "causal", True, "ragged"),
-        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", False, "ragged"),
-        LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "none", False, "ragged"),
-    ]
-    return out
+    classes = {layout_class_of_case(c) for c in all_cases()}
+    classes |= {variant_class(dq, dv) for dq, dv in HEAD_DIM_CLASSES}
+    return sorted(classes, key=lambda lc: lc.name)
 
 
-def _build(args):
-    lc, folder = args
+def _build(job):
+    lc, path, variant = job
     from ragged_attn.kernels.sm90 import compile_forward
+    from ragged_attn.kernels.sm90.tile_config import TileConfig
 
+    config = None if variant is None else TileConfig(128, variant[2], 2, pingpong=variant[3], overlap=True)
     t = time.time()
-    compile_forward(lc).export_to_c(os.path.join(folder, lc.name + ".o"), "fwd")
-    return lc.name, time.time() - t
+    compile_forward(lc, config=config).export_to_c(path, "fwd")
+    return os.path.basename(path), time.time() - t
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("folder")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--no-variants", action="store_true")
     a = ap.parse_args()
-    os.makedirs(a.folder, exist_ok=True)
+    os.makedirs(os.path.join(a.folder, "variants"), exist_ok=True)
+    jobs = [(lc, os.path.join(a.folder, lc.name + ".o"), None) for lc in test_classes()]
+    if not a.no_variants:
+        jobs += [
+            (variant_class(v[0], v[1]), os.path.join(a.folder, "variants", variant_name(*v) + ".o"), v)
+            for v in VARIANTS
+        ]
     with ProcessPoolExecutor(a.jobs) as ex:
-        for name, sec in ex.map(_build, [(lc, a.folder) for lc in test_classes()]):
+        for name, sec in ex.map(_build, jobs):
             print(f"{name}: {sec:.1f} s", flush=True)
 
 
