@@ -84,7 +84,7 @@ def _allowed(i, j, lq, lk, off, left, right):
 def test_block_range_covers_every_allowed_pair(seed):
     """Every allowed (row, key) of a tile lies in [n_min, n_max) blocks; the range is tight at the ends."""
     r = random.Random(seed)
-    tm, tn = 128, (128, 80)[seed % 2]  # the d <= 192 and the d256 tile_n
+    tm, tn = 128, (128, 80, 192)[seed % 3]  # the tile_n of the classes
     lq, lk = r.randint(1, 700), r.randint(0, 900)
     off = r.choice([0, lk - lq])
     left = r.choice([None, 0, 5, 200])

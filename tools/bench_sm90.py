@@ -129,7 +129,10 @@ def timed(prob, label, make, rows, check_against=None):
 def section_classes(table):
     from ragged_attn.layout_class import LayoutClass
 
+    only = os.environ.get("BENCH_DIMS")  # e.g. "32,256": the classes with these d_qk only
     for dq, dv in HEAD_DIM_CLASSES:
+        if only and str(dq) not in only.split(","):
+            continue
         prob = Problem([8192, 8192], 32, 8, dq, dv)
         shape = f"2x8192 h32/8 d{dq}x{dv} causal"
         rows = []

@@ -8,10 +8,10 @@ Rules of this module (tests/test_kernel_compile_sm90.py checks them on the CPU):
    named barrier before the epilogue writes it.
 3. tile_m = 64 per MMA warpgroup (2 warpgroups), tile_n a multiple of 16 (one k16 step of the
    P V GEMM takes two n8 chunks of the S accumulator).
+4. Each choice is the fastest candidate measured on the device with 0 register spills; the
+   numbers that decided it sit in `tile_config`'s docstring.
 
-The numbers below each choice are what decided it (ptxas `remarks{ptx}` on this CPU box for
-registers/spills; speeds are useful TFLOP/s, bf16, H200, median of do_bench, FA4 4.0.0b36 in the
-same run).
+Candidates are compiled by tools/prebuild_sm90.py (VARIANTS) and timed by tools/bench_sm90.py.
 """
 
 from __future__ import annotations
@@ -65,17 +65,28 @@ def o_aliases_q(cfg: TileConfig, d_qk: int, d_v: int) -> bool:
 def tile_config(layout_class) -> TileConfig:
     """The tile configuration of a class.
 
-    - d <= 128 (classes 32, 64, 96, 128): 128 x 128, ping-pong + intra-warpgroup overlap.
-      d128, 2 x 8192 causal, 64/8 heads, 2026-11-30: no overlap / no ping-pong 551, + ping-pong
-      567, + overlap 561-588 (FA4 596-613). 0 spill bytes for every d <= 128 class (ptxas,
-      2026-11-30). FA4 runs d <= 96 with 3 MMA warpgroups (192 x 128); this kernel has 2.
-    - (192, 128): 128 x 128 (FA4: 128 if d_v <= 128), no ping-pong (FA4 drops it above d128);
-      Q 48 KiB + 2 x (K 48 + V 32) KiB leaves no room for a separate O: O aliases Q.
-    - (256, 256): 128 x 80 (128 x 128 spills: 52 bytes of spill stores in an earlier probe), no
-      ping-pong; Q 64 + 2 x (K 40 + V 40) KiB = 224 KiB, O aliases Q.
-    The window family uses the same tiles (FA4 shrinks tile_n for local masks: unmeasured here).
+    Measured on an H200, 2026-11-30: 2 x 8192 tokens, causal, 32/8 heads, bf16, LSE on; useful
+    TFLOP/s, GPU-only median (do_bench median in parentheses); FA4 4.0.0b36 in the same run.
+    0 spill bytes for every class and candidate below (ptxas remarks, 2026-11-30).
+    - (32, 32): 128 x 192 267 (268); 128 x 128 243 (244); 128 x 256 262 (263); d32 through the
+      d64 class 216 (218); FA4 320.
+    - (64, 64): 128 x 128 421 (423); 128 x 192 427 (423), a tie, kept 128; FA4 500 (503).
+    - (96, 96): 128 x 128 498 (490); 128 x 144 493 (488); FA4 577 (586).
+    - (128, 128): 128 x 128 578 (568); FA4 621 (616). Earlier (64/8 heads): no overlap / no
+      ping-pong 551, + ping-pong 567, + intra-warpgroup overlap 561-588.
+    - (192, 128): 128 x 128 without ping-pong 637 (632); with ping-pong 625 (626); 128 x 112 608
+      (600); 128 x 96 541 (505); FA4 674 (667). Q 48 KiB + 2 x (K 48 + V 32) KiB leaves no room
+      for a separate O: O aliases Q.
+    - (256, 256): 128 x 80 without ping-pong 641 (619); with ping-pong 631 (608); 128 x 64 569
+      (595) / with ping-pong 608 (599); FA4 702 (686). 128 x 128 spills (144 B), 128 x 96 does
+      not fit in smem; Q 64 + 2 x (K 40 + V 40) KiB = 224 KiB, O aliases Q.
+    FA4 runs d <= 96 with 3 MMA warpgroups (192-row tiles); this kernel has 2 (what is left of
+    the d32-d96 gap). The window family uses the same tiles (FA4 shrinks tile_n for local masks
+    at d > 128: unmeasured here).
     """
     d_qk = layout_class.d_qk
+    if d_qk <= 32:
+        return TileConfig(128, 192, 2, pingpong=True, overlap=True)
     if d_qk <= 128:
         return TileConfig(128, 128, 2, pingpong=True, overlap=True)
     if d_qk <= 192:
