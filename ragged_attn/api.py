@@ -89,7 +89,7 @@ def attention(
             backend="reference" does.
     """
     fast_key = None
-    if out is None and lse is None and backend != "reference" and type(window_size) is tuple:
+    if lse is None and backend != "reference" and type(window_size) is tuple:
         # Options that a full check accepted before (with the same types) need no second check;
         # the tensors always get BoundKernel's predicate. Anything unusual takes the checked path.
         fast_key = (type(causal), causal, window_size, tuple(type(x) for x in window_size), type(softmax_scale),
@@ -100,7 +100,7 @@ def attention(
             bound = fast_key = None
         if bound is not None and (max_seqlen_k is None or type(max_seqlen_k) is int):
             result = bound.try_launch(
-                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, None, None
+                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, None
             )
             if result is not None:
                 return result

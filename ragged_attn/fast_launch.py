@@ -73,47 +73,55 @@ class BoundKernel:
     def try_launch(self, q, k, v, cu_q, cu_k, max_q, seqused_q, seqused_k, page_table, out, lse):
         """Launch and return out or (out, lse); None when the checked path must take the call."""
         dt, dev = self._dtype, self._device
-        if not (
-            isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
-            and isinstance(cu_q, torch.Tensor) and isinstance(cu_k, torch.Tensor)
-            and lse is None and page_table is None and type(max_q) is int
-            and q.dtype is dt and k.dtype is dt and v.dtype is dt
-            and q.dim() == 3 and k.dim() == 3 and v.dim() == 3
-            and q.get_device() == dev and k.get_device() == dev and v.get_device() == dev
-            and cu_q.dtype is _INT32 and cu_k.dtype is _INT32 and cu_q.dim() == 1 and cu_k.dim() == 1
-            and cu_q.get_device() == dev and cu_k.get_device() == dev
-        ):  # fmt: skip
-            return None
-        total_q, h_q, d_qk = q.shape
-        total_k, h_kv, d_k = k.shape
-        qs, ks, vs = q.stride(), k.stride(), v.stride()
-        batch = cu_q.shape[0] - 1
-        if not (
-            d_qk == self._d_qk and d_k == d_qk and v.shape[2] == self._d_v and v.shape[0] == total_k
-            and v.shape[1] == h_kv and h_kv > 0 and h_q % h_kv == 0 and cu_k.shape[0] == batch + 1
-            and 0 < batch <= MAX_BATCH and 0 < total_q < MAX_TOKENS and 0 < total_k < MAX_TOKENS
-            and 0 < max_q < 2**31
-            and qs[2] == 1 and ks[2] == 1 and vs[2] == 1
-            and not ((qs[0] | qs[1] | ks[0] | ks[1] | vs[0] | vs[1]) & 7)
-            and not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15)
-        ):  # fmt: skip
-            return None
-        for used in (seqused_q, seqused_k):
-            if used is not None and not (
-                isinstance(used, torch.Tensor) and used.dtype is _INT32 and used.dim() == 1
-                and used.shape[0] == batch and used.get_device() == dev
+        try:  # unpacking checks the ranks; a non-tensor fails on .shape
+            total_q, h_q, d_qk = q.shape
+            total_k, h_kv, d_k = k.shape
+            total_v, h_v, d_v = v.shape
+            (n_cu_q,) = cu_q.shape
+            (n_cu_k,) = cu_k.shape
+            qs, ks, vs = q.stride(), k.stride(), v.stride()
+            q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
+            if not (
+                lse is None and page_table is None and type(max_q) is int
+                and q.dtype is dt and k.dtype is dt and v.dtype is dt
+                and cu_q.dtype is _INT32 and cu_k.dtype is _INT32
+                and q.get_device() == dev and k.get_device() == dev and v.get_device() == dev
+                and cu_q.get_device() == dev and cu_k.get_device() == dev
+                and d_qk == self._d_qk and d_k == d_qk and d_v == self._d_v and total_v == total_k
+                and h_v == h_kv and h_kv > 0 and h_q % h_kv == 0 and n_cu_k == n_cu_q
+                and 1 < n_cu_q <= MAX_BATCH + 1 and 0 < total_q < MAX_TOKENS and 0 < total_k < MAX_TOKENS
+                and 0 < max_q < 2**31
+                and qs[2] == 1 and ks[2] == 1 and vs[2] == 1
+                and not ((qs[0] | qs[1] | ks[0] | ks[1] | vs[0] | vs[1]) & 7)
+                and not ((q_ptr | k_ptr | v_ptr) & 15)
             ):  # fmt: skip
                 return None
-        if out is None:
-            out = (torch.zeros if seqused_q is not None else torch.empty)(
-                (total_q, h_q, self._d_v), dtype=self._out_dtype, device=q.device
-            )
-        elif not (
-            isinstance(out, torch.Tensor) and out.dtype is self._out_dtype and out.dim() == 3
-            and out.shape[0] == total_q and out.shape[1] == h_q and out.shape[2] == self._d_v
-            and out.get_device() == dev and out.stride(2) == 1
-            and not ((out.stride(0) | out.stride(1)) & 7) and not (out.data_ptr() & 15)
-        ):  # fmt: skip
+            batch = n_cu_q - 1
+            for used in (seqused_q, seqused_k):
+                if used is not None and not (
+                    used.dtype is _INT32 and used.shape == (batch,) and used.get_device() == dev
+                ):  # fmt: skip
+                    return None
+            if out is None:
+                out = (torch.zeros if seqused_q is not None else torch.empty)(
+                    (total_q, h_q, d_v), dtype=self._out_dtype, device=q.device
+                )
+            else:
+                os_ = out.stride()
+                out_ptr = out.data_ptr()
+                # Nested strides (no element shares memory) and a span apart from q, k and v;
+                # anything else goes to the checked path, which tells which rule broke.
+                out_end = out_ptr + ((total_q - 1) * os_[0] + (h_q - 1) * os_[1] + d_v) * 2
+                if not (
+                    out.dtype is self._out_dtype and out.shape == (total_q, h_q, d_v) and out.get_device() == dev
+                    and os_[2] == 1 and os_[1] >= d_v and os_[0] >= h_q * os_[1]
+                    and not ((os_[0] | os_[1]) & 7) and not (out_ptr & 15)
+                    and _apart(out_ptr, out_end, q_ptr, total_q, h_q, d_qk, qs)
+                    and _apart(out_ptr, out_end, k_ptr, total_k, h_kv, d_qk, ks)
+                    and _apart(out_ptr, out_end, v_ptr, total_k, h_kv, d_v, vs)
+                ):  # fmt: skip
+                    return None
+        except (AttributeError, TypeError, ValueError):  # not a tensor, or the wrong rank
             return None
         s_max = 0
         lse_flat, strides = None, (0, 0, 0, 0)
@@ -131,10 +139,19 @@ class BoundKernel:
                 strides = (s_max * h_q, 0, h_q, 1)
             lse_flat = lse.view(-1)
         scale, left, right, bottom_right = self._options
-        self._compiled(
-            q, k, v, out, lse_flat, cu_q, cu_k,
-            cu_q if seqused_q is None else seqused_q, cu_k if seqused_k is None else seqused_k,
-            0 if seqused_q is None else 1, 0 if seqused_k is None else 1,
-            batch, max_q, s_max, scale, left, right, bottom_right, *strides, self._lse_scale,
-        )  # fmt: skip
+        try:
+            self._compiled(
+                q, k, v, out, lse_flat, cu_q, cu_k,
+                cu_q if seqused_q is None else seqused_q, cu_k if seqused_k is None else seqused_k,
+                0 if seqused_q is None else 1, 0 if seqused_k is None else 1,
+                batch, max_q, s_max, scale, left, right, bottom_right, *strides, self._lse_scale,
+            )  # fmt: skip
+        except ValueError:  # TVM-FFI's own argument checks (before any launch): let the checked path name it
+            return None
         return (out, lse) if self._return_lse else out
+
+
+def _apart(lo, hi, ptr, rows, heads, dim, strides) -> bool:
+    """[lo, hi) does not meet the bytes of a 2-byte (rows, heads, dim) tensor at ptr with strides."""
+    end = ptr + ((rows - 1) * strides[0] + (heads - 1) * strides[1] + dim) * 2
+    return hi <= ptr or end <= lo

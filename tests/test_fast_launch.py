@@ -88,3 +88,26 @@ def test_anything_unusual_goes_to_the_checked_path(mutate):
     mutate(a)
     assert bound.try_launch(**a) is None
     assert rec.calls == [], "the kernel was called although the predicate failed"
+
+
+def test_caller_out_is_used_when_apart_from_the_inputs():
+    bound, rec, t = make()
+    out = torch.empty(40, 8, 128, dtype=torch.bfloat16)
+    assert bound.try_launch(*t, 30, None, None, None, out, None) is out
+    assert rec.calls[0][3] is out
+
+
+@pytest.mark.parametrize(
+    "make_out",
+    [
+        lambda q: q,  # out is q
+        lambda q: torch.zeros(1, 8, 128, dtype=torch.bfloat16).expand(40, 8, 128),  # self-overlapping
+        lambda q: torch.empty(40, 128, 8, dtype=torch.bfloat16).transpose(1, 2),  # last dim strided
+        lambda q: torch.empty(40, 8, 128, dtype=torch.bfloat16)[:, :, :].as_strided((40, 8, 128), (128, 128, 1)),
+    ],
+    ids=["aliases-q", "expanded", "transposed", "heads-share-rows"],
+)
+def test_unusual_out_goes_to_the_checked_path(make_out):
+    bound, rec, t = make()
+    assert bound.try_launch(*t, 30, None, None, None, make_out(t[0]), None) is None
+    assert rec.calls == []
