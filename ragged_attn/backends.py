@@ -101,7 +101,7 @@ def check_support(problem: Problem) -> LayoutClass:
         The LayoutClass that will run it.
     Raises:
         NotImplementedError: with the reason (CPU tensors, GPU arch, DSL not installed, dtype,
-            head dims, paged KV not built yet), pointing to backend="reference".
+            head dims, kernel limits), pointing to backend="reference".
     """
     if problem.device.type != "cuda":
         raise NotImplementedError(
@@ -111,14 +111,15 @@ def check_support(problem: Problem) -> LayoutClass:
     reason = cute_import_error()
     if reason is not None:
         raise NotImplementedError(f"{reason}; {_USE_REFERENCE}")
-    if problem.kv == "paged":
-        raise NotImplementedError(f"page_table: paged KV on the kernel is not built yet; {_USE_REFERENCE}")
     if problem.batch > MAX_BATCH:
         raise NotImplementedError(
             f"cu_seqlens_q: the kernel's grid holds at most {MAX_BATCH} sequences, got B = {problem.batch}; "
             f"{_USE_REFERENCE}"
         )
-    for name, total in (("q", problem.total_q), ("k", problem.total_k)):
+    # Paged pools are addressed with 64-bit row pointers: only a sequence's key count (at most
+    # max_pages * page_size) meets the kernel's 32-bit token arithmetic.
+    total_k = problem.total_k if problem.kv == "ragged" else problem.max_pages_per_seq * problem.page_size
+    for name, total in (("q", problem.total_q), ("k" if problem.kv == "ragged" else "page_table", total_k)):
         if total >= MAX_TOKENS:
             raise NotImplementedError(
                 f"{name}: the kernel indexes tokens below 2**29 = {MAX_TOKENS}, got {total} rows; {_USE_REFERENCE}"
@@ -184,4 +185,6 @@ def kernel_arguments(problem: Problem, t: Tensors, out: torch.Tensor, lse: torch
         bottom_right=problem.alignment == "bottom_right",
         lse_strides=lse_strides(problem, lse),
         lse_base_is_log2=problem.lse_base == "log2",
+        page_table=t.page_table,
+        kv_layout=problem.kv_layout,
     )

@@ -37,6 +37,11 @@ from ragged_attn.layout_class import HEAD_DIM_CLASSES, LayoutClass  # noqa: E402
         LayoutClass("sm_90a", 128, 128, "fp16", "fp16", "window", True, "ragged"),
         LayoutClass("sm_90a", 192, 128, "bf16", "bf16", "causal", True, "ragged"),
         LayoutClass("sm_90a", 256, 256, "bf16", "bf16", "window", True, "ragged"),
+        # Paged (cp.async gather, 40/232 registers): the widest tile_n with 4 threads per row, the
+        # FlashInfer-shaped class, and d256's 80-row tiles.
+        LayoutClass("sm_90a", 32, 32, "fp16", "fp16", "none", False, "paged"),
+        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged"),
+        LayoutClass("sm_90a", 256, 256, "bf16", "bf16", "window", True, "paged"),
     ],
     ids=lambda lc: lc.name,
 )
@@ -71,9 +76,50 @@ def test_config_that_does_not_fit_is_refused():
         TileConfig(128, 72)
 
 
-def test_paged_not_implemented():
-    with pytest.raises(NotImplementedError, match="paged"):
-        compile_forward(LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "none", True, "paged"))
+@pytest.mark.parametrize("dims", HEAD_DIM_CLASSES, ids=lambda d: f"d{d[0]}x{d[1]}")
+def test_paged_gather_rows_have_one_owner(dims):
+    """The gather's row bookkeeping (paged_kv.py): the thread that copies row r of a pass finds
+    r's address in lane (t // tpr) * tpr + m % tpr, entry m // tpr, of its own warp; every row of the
+    tile is copied by exactly tpr threads, each covering distinct 16-byte chunks."""
+    import cutlass
+
+    from ragged_attn.kernels.sm90.paged_kv import PRODUCER_THREADS, threads_per_row
+
+    d_qk, d_v = dims
+    tile_n = tile_config(LayoutClass("sm_90a", d_qk, d_v, "bf16", "bf16", "causal", True, "paged")).tile_n
+    tpr = threads_per_row(cutlass.BFloat16, d_qk, d_v)
+    rpp = PRODUCER_THREADS // tpr
+    assert 32 % tpr == 0 and tile_n % rpp == 0 and d_qk % (8 * tpr) == 0 and d_v % (8 * tpr) == 0
+
+    def entry_row(t, e):
+        return e * PRODUCER_THREADS + (t % tpr) * rpp + t // tpr
+
+    chunks = {}
+    for t in range(PRODUCER_THREADS):
+        for m in range(tile_n // rpp):
+            row = m * rpp + t // tpr
+            owner = (t // tpr) * tpr + m % tpr
+            assert owner // 32 == t // 32 and entry_row(owner, m // tpr) == row
+            for k in range(d_qk // (8 * tpr)):
+                chunks.setdefault(row, set()).add((t % tpr) + k * tpr)
+    assert all(c == set(range(d_qk // 8)) for c in chunks.values()) and len(chunks) == tile_n
+
+
+def test_gather_ref_matches_the_reference_gather():
+    import torch
+
+    from ragged_attn.kernels.sm90.paged_kv import gather_ref
+    from ragged_attn.problem import build_problem
+    from ragged_attn.reference import _gather_kv
+    from tests.cases import Case
+
+    for layout in ("NHD", "HND"):
+        case = Case(5, [3, 4], [11, 30], 4, 2, 64, 64, dtype=torch.float32, page_size=3, kv_layout=layout)
+        args, kwargs = case.make()
+        problem, t = build_problem(*args, **kwargs)
+        for b, lk in enumerate(case.lens_k):
+            want_k, _ = _gather_kv(t, problem, b, 0, lk)
+            assert torch.equal(gather_ref(args[1], kwargs["page_table"][b], lk, layout), want_k)
 
 
 def _allowed(i, j, lq, lk, off, left, right):

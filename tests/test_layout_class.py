@@ -17,12 +17,22 @@ GOLDEN = Path(__file__).parent / "golden_layout_classes.json"
 
 
 def meta_call(*, total_q=100, total_k=120, h_q=8, h_kv=2, d=128, d_v=None, batch=3, dtype=torch.bfloat16,
-              row_pad_q=0, row_pad_k=0, **options):
+              row_pad_q=0, row_pad_k=0, pool=None, **options):
+    """Meta tensors of a call; pool=(num_pages, page_size, max_pages, kv_layout) makes k/v page
+    pools with a (batch, max_pages) page table and seqused_k instead of ragged k/v."""
     d_v = d if d_v is None else d_v
     q = torch.empty(total_q, h_q, d + row_pad_q, dtype=dtype, device="meta")[..., :d]
+    cu = torch.empty(batch + 1, dtype=torch.int32, device="meta")
+    if pool is not None:
+        num_pages, page_size, max_pages, kv_layout = pool
+        dims = (num_pages, page_size, h_kv) if kv_layout == "NHD" else (num_pages, h_kv, page_size)
+        k = torch.empty(*dims, d + row_pad_k, dtype=dtype, device="meta")[..., :d]
+        v = torch.empty(*dims, d_v, dtype=dtype, device="meta")
+        return dict(q=q, k=k, v=v, cu_seqlens_q=cu, page_table=torch.empty(batch, max_pages, dtype=torch.int32,
+                    device="meta"), seqused_k=torch.empty(batch, dtype=torch.int32, device="meta"),
+                    kv_layout=kv_layout, **options)
     k = torch.empty(total_k, h_kv, d + row_pad_k, dtype=dtype, device="meta")[..., :d]
     v = torch.empty(total_k, h_kv, d_v, dtype=dtype, device="meta")
-    cu = torch.empty(batch + 1, dtype=torch.int32, device="meta")
     return dict(q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu, **options)
 
 
@@ -41,6 +51,15 @@ SNAPSHOT_CALLS = {
 } | {
     f"envelope-d{d}x{d_v}-bf16-causal": dict(d=d, d_v=d_v, causal=True)
     for d, d_v in ((8, 8), (40, 40), (80, 80), (112, 112), (160, 96), (200, 136), (64, 128))
+} | {
+    # Page pools: one class per family for NHD and HND pools and any page size (issue 5).
+    "paged-d128-bf16-causal-lse-padded-hnd-page16": dict(
+        pool=(40, 16, 9, "HND"), causal=True, return_lse=True, lse_layout="padded", max_seqlen_q=64),
+    "paged-d128-bf16-causal-lse-padded-nhd-page3": dict(
+        pool=(200, 3, 50, "NHD"), causal=True, return_lse=True, lse_layout="padded", max_seqlen_q=64),
+    "paged-d128-bf16-full-nhd-page1": dict(pool=(500, 1, 200, "NHD")),
+    "paged-d64-fp16-window-hnd-page256": dict(pool=(4, 256, 2, "HND"), d=64, dtype=torch.float16,
+                                              window_size=(64, 0)),
 }
 
 
@@ -89,6 +108,26 @@ def test_runtime_facts_never_change_the_class(total_q, total_k, batch, h_kv, rat
         **meta_call(window_size=(1, 1)))
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    num_pages=st.integers(1, 5000),
+    page_size=st.integers(1, 512),
+    max_pages=st.integers(0, 300),
+    kv_layout=st.sampled_from(["NHD", "HND"]),
+    batch=st.integers(0, 300),
+    h_kv=st.integers(1, 16),
+    ratio=st.integers(1, 8),
+    row_pad_k=st.sampled_from([0, 16]),
+)
+def test_page_geometry_never_changes_the_class(num_pages, page_size, max_pages, kv_layout, batch, h_kv, ratio,
+                                               row_pad_k):
+    """Page size, page count, table width, pool layout (NHD/HND), heads and strides: run time."""
+    call = meta_call(pool=(num_pages, page_size, max_pages, kv_layout), batch=batch, h_q=h_kv * ratio, h_kv=h_kv,
+                     row_pad_k=row_pad_k, causal=True)
+    assert layout_class_of(**call) == layout_class_of(**meta_call(pool=(8, 16, 4, "NHD"), causal=True))
+    assert layout_class_of(**call).kv == "paged"
+
+
 def test_options_that_are_in_the_key_do_change_it():
     base = layout_class_of(**meta_call())
     assert layout_class_of(**meta_call(d=64)) != base
@@ -96,6 +135,7 @@ def test_options_that_are_in_the_key_do_change_it():
     assert layout_class_of(**meta_call(causal=True)) != base
     assert layout_class_of(**meta_call(return_lse=True)) != base
     assert layout_class_of(**meta_call(window_size=(5, -1))) != base
+    assert layout_class_of(**meta_call(pool=(8, 16, 4, "NHD"))) != base
 
 
 def test_every_head_dim_rides_the_cheapest_class_that_holds_it():

@@ -15,6 +15,11 @@ Structure (one CTA = one (m_block, query head, sequence) tile; FA4's Hopper forw
 - Every number is run time (lengths, heads, strides, scale, window, alignment, LSE addressing,
   the real head dims); compile-time choices are only those of the `LayoutClass` (dims, dtypes,
   mask family, LSE, KV) and its tile config (tile_config.py).
+- Paged KV (class kv="paged"): K/V come from page pools through a page table. The whole producer
+  warpgroup gathers K/V rows with cp.async (paged_kv.py) into the same smem tiles, signalling
+  `PipelineCpAsync`s instead of the TMA pipelines; Q still arrives by TMA (warp 0) and the MMA
+  warpgroups are unchanged but for a proxy fence after each K/V wait. NHD and HND pools are one
+  class (strides); the page size is the pool's run-time extent.
 - Envelopes: the class's d_qk, d_v size the smem tiles; the tensors' head dims may be smaller
   (multiples of 8). TMA descriptors carry the real extents, so Q/K/V columns past them arrive as
   zeros (they add 0 to Q K^T and to the unused O columns), and the O store skips them.
@@ -44,6 +49,7 @@ from cutlass.tensor_utils import LayoutEnum
 from .block_info import UNBOUNDED, BlockInfo
 from .epilogue import lse_index, store_tile
 from .mask import apply_mask
+from .paged_kv import PRODUCER_THREADS, PagedKV, make_gather_copy
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_as_operand_a, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes
@@ -68,6 +74,9 @@ class RaggedForwardSm90:
     num_mma_warpgroups = 2
     producer_regs = 24
     mma_regs = 240  # 24 * 128 + 240 * 256 = 64512 <= 65536 registers per SM
+    # Paged: all 128 producer threads gather with 64-bit row addresses (FA4's cp.async budget).
+    producer_regs_paged = 40
+    mma_regs_paged = 232  # 40 * 128 + 232 * 256 = 64512
 
     def __init__(
         self,
@@ -78,6 +87,7 @@ class RaggedForwardSm90:
         mask: str,
         has_lse: bool,
         config: TileConfig = TileConfig(),
+        paged: bool = False,
     ):
         """d_qk, d_v: the class's head dims (the smem boxes); the tensors' own head dims are run
         time and may be smaller (an envelope: TMA zero-fills the columns past them, the O store
@@ -97,6 +107,10 @@ class RaggedForwardSm90:
         self.d_v = d_v
         self.mask = mask
         self.has_lse = has_lse
+        self.paged = paged
+        if paged:
+            self.producer_regs = self.producer_regs_paged
+            self.mma_regs = self.mma_regs_paged
         self.tile_m = config.tile_m
         self.tile_n = config.tile_n
         self.num_stages = config.num_stages
@@ -113,14 +127,15 @@ class RaggedForwardSm90:
     def __call__(
         self,
         mQ: cute.Tensor,  # (total_q, H_q, d_qk)
-        mK: cute.Tensor,  # (total_k, H_kv, d_qk)
-        mV: cute.Tensor,  # (total_k, H_kv, d_v)
+        mK: cute.Tensor,  # ragged (total_k, H_kv, d_qk); paged (num_pages, page_size, H_kv, d_qk)
+        mV: cute.Tensor,  # ragged (total_k, H_kv, d_v); paged (num_pages, page_size, H_kv, d_v)
         mO: cute.Tensor,  # (total_q, H_q, d_v)
         mLSE: Optional[cute.Tensor],  # (span,) fp32, addressed through the lse_s_* strides
         mCuSeqlensQ: cute.Tensor,  # (B + 1,) int32
-        mCuSeqlensK: cute.Tensor,  # (B + 1,) int32
+        mCuSeqlensK: cute.Tensor,  # (B + 1,) int32 (paged: key lengths unless seqused_k; else a dummy)
         mSeqUsedQ: cute.Tensor,  # (B,) int32 or a dummy
         mSeqUsedK: cute.Tensor,  # (B,) int32 or a dummy
+        mPageTable: Optional[cute.Tensor],  # paged: (B, max_pages) int32; ragged: None
         use_seqused_q: Int32,
         use_seqused_k: Int32,
         batch: Int32,
@@ -139,8 +154,6 @@ class RaggedForwardSm90:
     ):
         # Sequence first, head last, as TMA wants: (total, d, h).
         mQt = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[0, 2, 1]))
-        mKt = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[0, 2, 1]))
-        mVt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[0, 2, 1]))
 
         sQ_layout = make_smem_layout(self.dtype, self.tile_m, self.d_qk)
         sK_layout = make_smem_layout(self.dtype, self.tile_n, self.d_qk, self.num_stages)
@@ -169,12 +182,20 @@ class RaggedForwardSm90:
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()
         tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load_op, mQt, sQ_layout, (self.tile_m, self.d_qk))
-        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(
-            load_op, mKt, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.d_qk)
-        )
-        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(
-            load_op, mVt, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.d_v)
-        )
+        if const_expr(self.paged):
+            # The pools themselves go to the kernel; one cp.async tiled copy serves K and V.
+            tma_K, tma_V = mK, mV
+            tma_atom_K = make_gather_copy(self.dtype, self.d_qk, self.d_v, self.tile_n)
+            tma_atom_V = tma_atom_K
+        else:
+            mKt = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[0, 2, 1]))
+            mVt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[0, 2, 1]))
+            tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(
+                load_op, mKt, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.d_qk)
+            )
+            tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(
+                load_op, mVt, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.d_v)
+            )
         self.bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
         self.bytes_k = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
         self.bytes_v = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
@@ -208,6 +229,7 @@ class RaggedForwardSm90:
             mCuSeqlensK,
             mSeqUsedQ,
             mSeqUsedK,
+            mPageTable,
             tma_atom_Q,
             tma_atom_K,
             tma_atom_V,
@@ -261,16 +283,17 @@ class RaggedForwardSm90:
     def kernel(
         self,
         tma_Q: cute.Tensor,  # TMA coordinates over (total_q, d_qk, H_q)
-        tma_K: cute.Tensor,  # TMA coordinates over (total_k, d_qk, H_kv)
-        tma_V: cute.Tensor,  # TMA coordinates over (total_k, d_v, H_kv)
+        tma_K: cute.Tensor,  # TMA coordinates over (total_k, d_qk, H_kv); paged: the K pool
+        tma_V: cute.Tensor,  # TMA coordinates over (total_k, d_v, H_kv); paged: the V pool
         mO: cute.Tensor,  # (total_q, H_q, d_v)
         mLSE: Optional[cute.Tensor],
         mCuSeqlensQ: cute.Tensor,
         mCuSeqlensK: cute.Tensor,
         mSeqUsedQ: cute.Tensor,
         mSeqUsedK: cute.Tensor,
+        mPageTable: Optional[cute.Tensor],
         tma_atom_Q: cute.CopyAtom,
-        tma_atom_K: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,  # paged: the cp.async gather copy (also tma_atom_V)
         tma_atom_V: cute.CopyAtom,
         use_seqused_q: Int32,
         use_seqused_k: Int32,
@@ -299,8 +322,9 @@ class RaggedForwardSm90:
         m_block = Int32(num_m_blocks) - 1 - Int32(bidx)  # longest causal tiles first
         if warp_idx == 0:
             cpasync.prefetch_descriptor(tma_atom_Q)
-            cpasync.prefetch_descriptor(tma_atom_K)
-            cpasync.prefetch_descriptor(tma_atom_V)
+            if const_expr(not self.paged):
+                cpasync.prefetch_descriptor(tma_atom_K)
+                cpasync.prefetch_descriptor(tma_atom_V)
 
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(SharedStorage)
@@ -315,22 +339,42 @@ class RaggedForwardSm90:
             tx_count=self.bytes_q,
             defer_sync=True,
         )
-        pipe_k = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_k.data_ptr(),
-            num_stages=self.num_stages,
-            producer_group=one_warp,
-            consumer_group=mma_warps,
-            tx_count=self.bytes_k,
-            defer_sync=True,
-        )
-        pipe_v = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_v.data_ptr(),
-            num_stages=self.num_stages,
-            producer_group=one_warp,
-            consumer_group=mma_warps,
-            tx_count=self.bytes_v,
-            defer_sync=True,
-        )
+        if const_expr(self.paged):
+            # cp.async producers: every producer thread arrives (cp.async.mbarrier.arrive.noinc);
+            # PipelineCpAsync.consumer_release arrives from every consumer thread.
+            producer_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
+            mma_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
+            pipe_k = pipeline.PipelineCpAsync.create(
+                barrier_storage=storage.mbar_k.data_ptr(),
+                num_stages=self.num_stages,
+                producer_group=producer_threads,
+                consumer_group=mma_threads,
+                defer_sync=True,
+            )
+            pipe_v = pipeline.PipelineCpAsync.create(
+                barrier_storage=storage.mbar_v.data_ptr(),
+                num_stages=self.num_stages,
+                producer_group=producer_threads,
+                consumer_group=mma_threads,
+                defer_sync=True,
+            )
+        else:
+            pipe_k = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.mbar_k.data_ptr(),
+                num_stages=self.num_stages,
+                producer_group=one_warp,
+                consumer_group=mma_warps,
+                tx_count=self.bytes_k,
+                defer_sync=True,
+            )
+            pipe_v = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.mbar_v.data_ptr(),
+                num_stages=self.num_stages,
+                producer_group=one_warp,
+                consumer_group=mma_warps,
+                tx_count=self.bytes_v,
+                defer_sync=True,
+            )
         pipeline.pipeline_init_arrive()
 
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
@@ -377,12 +421,19 @@ class RaggedForwardSm90:
 
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)
-            if warp_idx == 0:
+            if const_expr(self.paged):
                 if tile_valid:
-                    self.load(
-                        tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
-                        pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx,
+                    self.load_paged(
+                        tma_Q, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
+                        pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx, batch_idx, warp_idx,
                     )
+            else:
+                if warp_idx == 0:
+                    if tile_valid:
+                        self.load(
+                            tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
+                            pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx,
+                        )
         else:
             cute.arch.setmaxregister_increase(self.mma_regs)
             tidx = cute.arch.thread_idx()[0] - 128
@@ -489,6 +540,64 @@ class RaggedForwardSm90:
                 )
                 kv_state.advance()
 
+    @cute.jit
+    def load_paged(
+        self,
+        tma_Q: cute.Tensor,
+        mK: cute.Tensor,  # (num_pages, page_size, H_kv, d_qk)
+        mV: cute.Tensor,  # (num_pages, page_size, H_kv, d_v)
+        mPageTable: cute.Tensor,  # (B, max_pages) int32
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        gather_copy: cute.TiledCopy,
+        pipe_q: pipeline.PipelineTmaAsync,
+        pipe_k: pipeline.PipelineCpAsync,
+        pipe_v: pipeline.PipelineCpAsync,
+        seqlen: SeqlenInfo,
+        block_info: BlockInfo,
+        m_block: Int32,
+        head_idx: Int32,
+        batch_idx: Int32,
+        warp_idx: Int32,
+    ):
+        """Producer warpgroup of the paged class: warp 0 issues Q's TMA, then all 128 threads
+        gather each key block's K and V rows (last block first, as the MMA warpgroups consume)."""
+        if warp_idx == 0:
+            gQ = cute.local_tile(
+                cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
+                (self.tile_m, self.d_qk),
+                (m_block, 0),
+            )
+            tQsQ, tQgQ = cpasync.tma_partition(
+                tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
+            )
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            pipe_q.producer_acquire(q_state)
+            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        ratio = cute.size(tma_Q.shape[2]) // cute.size(mK.shape[2])
+        tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
+        kv = PagedKV.create(
+            mK, mV, mPageTable, batch_idx, head_idx // ratio, seqlen.len_k, tidx, gather_copy,
+            self.dtype, self.tile_n, self.d_qk, self.d_v,
+        )  # fmt: skip
+        n_block_min, n_block_max = block_info.n_block_range()
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            kv.resolve_rows(n_block)
+            pipe_k.producer_acquire(kv_state)
+            kv.load(n_block, sK[None, None, kv_state.index], True)
+            cute.arch.cp_async_commit_group()
+            pipe_k.producer_commit(kv_state)
+            pipe_v.producer_acquire(kv_state)
+            kv.load(n_block, sV[None, None, kv_state.index], False)
+            cute.arch.cp_async_commit_group()
+            pipe_v.producer_commit(kv_state)
+            kv_state.advance()
+        cute.arch.cp_async_wait_group(0)
+
     # ------------------------------------------------------------------ MMA warpgroups
     @cute.jit
     def mma(
@@ -555,7 +664,7 @@ class RaggedForwardSm90:
             for i in cutlass.range(n_block_max - n_block_min, unroll=1):
                 n_block = n_block_max - 1 - i
                 # S = Q K^T
-                pipe_k.consumer_wait(kv_state)
+                self.kv_wait(pipe_k, kv_state)
                 acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
                 self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
                 self.sched_pass(wg_idx)
@@ -563,7 +672,7 @@ class RaggedForwardSm90:
                 pipe_k.consumer_release(kv_state)
                 self.mask_softmax(acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, True)
                 # O += P V
-                pipe_v.consumer_wait(kv_state)
+                self.kv_wait(pipe_v, kv_state)
                 self.sched_wait(wg_idx)
                 self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
                 pipe_v.consumer_release(kv_state)
@@ -605,7 +714,7 @@ class RaggedForwardSm90:
             if const_expr(self.pingpong):
                 if wg_idx == 0:
                     cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE, number_of_threads=self.num_mma_threads)
-            pipe_k.consumer_wait(kv_state)
+            self.kv_wait(pipe_k, kv_state)
             acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
             self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False)
             pipe_k.consumer_release(kv_state)
@@ -615,11 +724,11 @@ class RaggedForwardSm90:
                 n_block = n_block_max - 2 - i
                 v_state = kv_state.clone()
                 kv_state.advance()
-                pipe_k.consumer_wait(kv_state)
+                self.kv_wait(pipe_k, kv_state)
                 self.sched_wait(wg_idx)
                 acc_S2 = cute.make_rmem_tensor(acc_S_shape, Float32)
                 self.gemm(tiled_mma_qk, acc_S2, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
-                pipe_v.consumer_wait(v_state)
+                self.kv_wait(pipe_v, v_state)
                 self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], True, wait=False)
                 self.sched_pass(wg_idx)
                 warpgroup.wait_group(1)  # S done, PV may still run
@@ -629,9 +738,17 @@ class RaggedForwardSm90:
                 pipe_v.consumer_release(v_state)
                 tOrP.store(acc_as_operand_a(acc_S2).load().to(self.dtype))
                 rescale_rows(acc_O, row_scale)
-            pipe_v.consumer_wait(kv_state)
+            self.kv_wait(pipe_v, kv_state)
             self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
             pipe_v.consumer_release(kv_state)
+
+    @cute.jit
+    def kv_wait(self, pipe, state):
+        """Wait for a K or V stage. Paged stages are written by cp.async (generic proxy): fence
+        them into the async proxy before WGMMA reads them."""
+        pipe.consumer_wait(state)
+        if const_expr(self.paged):
+            cute.arch.fence_view_async_shared()
 
     @cute.jit
     def gemm(

@@ -16,7 +16,7 @@ from ragged_attn.layout_class import LayoutClass
 # Argument order of the compiled function (the stream is implicit, taken from torch).
 COMPILED_ARGS = (
     "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
-    "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
+    "page_table", "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
     "lse_scale",
 )
@@ -44,6 +44,7 @@ def kernel_for(layout_class: LayoutClass, config=None):
         mask=layout_class.mask,
         has_lse=layout_class.lse,
         config=config if config is not None else tile_config(layout_class),
+        paged=layout_class.kv == "paged",
     )
 
 
@@ -53,14 +54,15 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
     The head dims of q/k (d_qk) and v/out (d_v) are run-time extents up to the class's
     (multiples of 8, checked by the caller): one compiled class serves every problem it envelopes.
 
-    Raises NotImplementedError for kv="paged" (a later issue) and ValueError for another arch.
+    kv="paged" classes take k/v as page pools (num_pages, page_size, H_kv, D) with any strides (an
+    HND pool is passed as its permuted view) and a (B, max_pages) int32 page table; page size,
+    page count and table width are run-time extents. Ragged classes take page_table=None.
+
+    Raises ValueError for another arch.
     `extra_options` is appended to the DSL options (e.g. "remarks{ptx}" prints ptxas usage).
     """
     if layout_class.arch != "sm_90a":
         raise ValueError(f"compile_forward: sm90 kernels serve arch 'sm_90a', got {layout_class.arch!r}")
-    if layout_class.kv == "paged":
-        raise NotImplementedError("compile_forward: paged KV is not implemented yet for sm_90a")
-
     import cutlass
     import cutlass.cute as cute
     from cutlass import Float32, Int32, Int64
@@ -78,8 +80,16 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
     d_qk, d_v = cute.sym_int(divisibility=8), cute.sym_int(divisibility=8)
     fake = cute.runtime.make_fake_tensor
     q = fake(dt, (total_q, h_q, d_qk), (stride64(), stride64(), 1), assumed_align=16)
-    k = fake(dt, (total_k, h_kv, d_qk), (stride64(), stride64(), 1), assumed_align=16)
-    v = fake(dt, (total_k, h_kv, d_v), (stride64(), stride64(), 1), assumed_align=16)
+    if layout_class.kv == "paged":
+        # (num_pages, page_size, H_kv, D): NHD in this order, HND as a permuted view.
+        num_pages, page_size = cute.sym_int(), cute.sym_int()
+        k = fake(dt, (num_pages, page_size, h_kv, d_qk), (stride64(), stride64(), stride64(), 1), assumed_align=16)
+        v = fake(dt, (num_pages, page_size, h_kv, d_v), (stride64(), stride64(), stride64(), 1), assumed_align=16)
+        page_table = fake(Int32, (cute.sym_int(), cute.sym_int()), (cute.sym_int64(), 1), assumed_align=4)
+    else:
+        k = fake(dt, (total_k, h_kv, d_qk), (stride64(), stride64(), 1), assumed_align=16)
+        v = fake(dt, (total_k, h_kv, d_v), (stride64(), stride64(), 1), assumed_align=16)
+        page_table = None
     out = fake(odt, (total_q, h_q, d_v), (stride64(), stride64(), 1), assumed_align=16)
     lse = fake(Float32, (cute.sym_int(),), (1,), assumed_align=4) if layout_class.lse else None
     cu_q = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
@@ -92,7 +102,7 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
     options = (f"--enable-tvm-ffi --gpu-arch {layout_class.arch} " + extra_options).strip()
     return cute.compile(
         kernel,
-        q, k, v, out, lse, cu_q, cu_k, su_q, su_k,
+        q, k, v, out, lse, cu_q, cu_k, su_q, su_k, page_table,
         Int32(0), Int32(0), Int32(1), Int32(1), Int32(0), Float32(1.0),
         Int32(-1), Int32(-1), Int32(1),
         Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2),
@@ -122,6 +132,8 @@ def launch_forward(
     bottom_right: bool,
     lse_strides=(0, 0, 0, 0),
     lse_base_is_log2: bool = False,
+    page_table=None,
+    kv_layout: str = "NHD",
 ):
     """Launch `compiled` on torch's current stream. The caller has checked everything.
 
@@ -136,6 +148,10 @@ def launch_forward(
     seqused_q/seqused_k: (B,) int32 or None. window_left/right: -1 = unbounded (window class
     only; the causal class ignores them). bottom_right: causal/window alignment.
     max_seqlen_q: an upper bound of the query lengths (sizes the grid).
+    page_table: (B, max_pages) int32 for a paged class (None for ragged); then k/v are page pools,
+    "NHD" (num_pages, page_size, H_kv, D) or "HND" (num_pages, H_kv, page_size, D) per kv_layout,
+    and key lengths come from seqused_k, else from cu_seqlens_k differences (cu_seqlens_k may be
+    None when seqused_k is given).
     Empty packed tensors (total_q == 0 or total_k == 0) are served with torch fills on the current
     stream (the whole out/lse buffers), since TMA descriptors cannot describe an empty extent.
     """
@@ -149,6 +165,13 @@ def launch_forward(
         if q.shape[0] > 0:
             out.zero_()
         return
+    if page_table is not None:
+        if kv_layout == "HND":
+            k, v = k.transpose(1, 2), v.transpose(1, 2)
+        if page_table.stride(1) != 1:  # one column: its stride is never used, the kernel's is 1
+            page_table = page_table.as_strided(page_table.shape, (page_table.stride(0), 1))
+        if cu_seqlens_k is None:  # lengths come from seqused_k; any (B + 1,) int32 fills the slot
+            cu_seqlens_k = cu_seqlens_q
     lse_flat = None
     if lse is not None:
         span = 1 + sum((n - 1) * s for n, s in zip(lse.shape, lse.stride()) if n > 0)
@@ -158,6 +181,7 @@ def launch_forward(
         q, k, v, out, lse_flat, cu_seqlens_q, cu_seqlens_k,
         seqused_q if seqused_q is not None else cu_seqlens_q,
         seqused_k if seqused_k is not None else cu_seqlens_k,
+        page_table,
         1 if seqused_q is not None else 0,
         1 if seqused_k is not None else 0,
         batch, max_seqlen_q, lse_s_max, float(softmax_scale),

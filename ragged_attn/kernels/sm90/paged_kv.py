@@ -1,0 +1,199 @@
+"""Paged KV for the sm_90a forward: K/V tiles gathered from page pools by the producer warpgroup.
+
+Facts this module relies on (FA4's PagedKVManager taught the row-gather idea):
+- The kernel sees a pool as (num_pages, page_size, H_kv, D) with run-time strides: "NHD" pools are
+  that order, "HND" pools (num_pages, H_kv, page_size, D) arrive as a permuted view. Page size is
+  the extent of mode 1, read at run time; it is never part of the compile key.
+- Key t of sequence b sits in page `page_table[b, t // page_size]`, slot `t % page_size`.
+- The 128 producer threads copy a (tile_n, d) tile in 16-byte chunks with cp.async (`cp.async.cg`):
+  `tpr` threads share a row, `128 // tpr` rows per pass. Each thread resolves the 64-bit addresses
+  of ceil(tile_n / 128) rows per key block (one page-table read each); the threads that copy a
+  row fetch its address from the owner by a shuffle inside their group of `tpr` lanes.
+- Rows at or past len_k and columns past the real head dim are predicated off, and a predicated-off
+  cp.async writes zeros (PTX `cp.async ... 16, src_size` with src_size 0, which is what the DSL
+  emits for `pred`): nothing outside a sequence's keys reaches shared memory, so the NaN or
+  garbage in unused pool slots never reaches S or P V (0 * NaN is NaN, masking alone would not
+  do). Those rows still get an in-range address: their token is clamped to len_k - 1 so the page
+  table is never read past the pages the sequence owns.
+- The writes are generic-proxy; the MMA warpgroups fence (`fence.proxy.async.shared::cta`) after
+  each wait before WGMMA reads the tile (forward.py, `kv_wait`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Int64, const_expr
+from cutlass.cute.nvgpu import cpasync
+
+PRODUCER_THREADS = 128
+COPY_BITS = 128
+
+
+def threads_per_row(dtype, d_qk: int, d_v: int) -> int:
+    """Threads sharing one row: as many 16-byte chunks as one 128-byte swizzle row holds, capped by
+    the chunks of the narrower of K and V rows (one thread layout serves both)."""
+    elems = COPY_BITS // dtype.width
+    return math.gcd(d_qk, d_v, 1024 // dtype.width) // elems
+
+
+def make_gather_copy(dtype, d_qk: int, d_v: int, tile_n: int) -> cute.TiledCopy:
+    """The cp.async tiled copy of a (tile_n, d) K or V tile over the 128 producer threads."""
+    tpr = threads_per_row(dtype, d_qk, d_v)
+    rows_per_pass = PRODUCER_THREADS // tpr
+    assert tile_n % rows_per_pass == 0, f"tile_n {tile_n} is not a multiple of {rows_per_pass} rows per pass"
+    atom = cute.make_copy_atom(
+        cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), dtype, num_bits_per_copy=COPY_BITS
+    )
+    thr_layout = cute.make_ordered_layout((rows_per_pass, tpr), order=(1, 0))
+    return cute.make_tiled_copy_tv(atom, thr_layout, cute.make_layout((1, COPY_BITS // dtype.width)))
+
+
+class PagedKV:
+    """Per-CTA gather state of one (sequence, KV head): pool views, the sequence's page-table row,
+    and the row addresses of the current key block (registers, refreshed by `resolve_rows`)."""
+
+    def __init__(
+        self,
+        mK: cute.Tensor,  # (num_pages, page_size, d_qk) of this KV head
+        mV: cute.Tensor,  # (num_pages, page_size, d_v) of this KV head
+        mPages: cute.Tensor,  # (max_pages,) int32: this sequence's page-table row
+        len_k: Int32,
+        tidx: Int32,  # 0 .. 127 inside the producer warpgroup
+        tiled_copy: cute.TiledCopy,
+        dtype,
+        tile_n: int,
+        d_qk: int,
+        d_v: int,
+    ):
+        self.mK = mK
+        self.mV = mV
+        self.mPages = mPages
+        self.len_k = len_k
+        self.tidx = tidx
+        self.tiled_copy = tiled_copy
+        self.dtype = dtype
+        self.tile_n = tile_n
+        self.d_qk = d_qk
+        self.d_v = d_v
+        self.tpr = threads_per_row(dtype, d_qk, d_v)
+        self.rows_per_pass = PRODUCER_THREADS // self.tpr
+        self.entries = (tile_n + PRODUCER_THREADS - 1) // PRODUCER_THREADS
+        self.addr_k = cute.make_rmem_tensor((self.entries,), Int64)
+        self.addr_v = cute.make_rmem_tensor((self.entries,), Int64)
+
+    # Device values travel through run-time loops as a flat list of IR values.
+    _dynamic = ("mK", "mV", "mPages", "len_k", "tidx", "addr_k", "addr_v")
+
+    def __extract_mlir_values__(self):
+        values, self._counts = [], []
+        for name in self._dynamic:
+            vals = cutlass.extract_mlir_values(getattr(self, name))
+            self._counts.append(len(vals))
+            values += vals
+        return values
+
+    def __new_from_mlir_values__(self, values):
+        obj = object.__new__(PagedKV)
+        obj.__dict__.update(self.__dict__)
+        pos = 0
+        for name, n in zip(self._dynamic, self._counts):
+            setattr(obj, name, cutlass.new_from_mlir_values(getattr(self, name), values[pos : pos + n]))
+            pos += n
+        return obj
+
+    @staticmethod
+    def create(
+        mK: cute.Tensor,  # (num_pages, page_size, H_kv, d_qk) pool, any strides
+        mV: cute.Tensor,  # (num_pages, page_size, H_kv, d_v)
+        mPageTable: cute.Tensor,  # (B, max_pages) int32
+        batch_idx: Int32,
+        head_kv: Int32,
+        len_k: Int32,
+        tidx: Int32,
+        tiled_copy: cute.TiledCopy,
+        dtype,
+        tile_n: int,
+        d_qk: int,
+        d_v: int,
+    ) -> "PagedKV":
+        return PagedKV(
+            mK[None, None, head_kv, None],
+            mV[None, None, head_kv, None],
+            mPageTable[batch_idx, None],
+            len_k,
+            tidx,
+            tiled_copy,
+            dtype,
+            tile_n,
+            d_qk,
+            d_v,
+        )
+
+    @cute.jit
+    def resolve_rows(self, n_block: Int32):
+        """Addresses of this thread's rows of key block n_block (one page-table read per row).
+
+        Entry e of thread t is row e * 128 + (t % tpr) * (128 // tpr) + t // tpr of the block, so
+        that pass m's row for thread t lives in lane (t // tpr) * tpr + m % tpr, entry m // tpr."""
+        page_size = cute.size(self.mK.shape[1])
+        for e in cutlass.range_constexpr(self.entries):
+            row = (
+                e * PRODUCER_THREADS
+                + (self.tidx % self.tpr) * self.rows_per_pass
+                + self.tidx // self.tpr
+            )
+            token = cutlass.min(n_block * self.tile_n + row, self.len_k - 1)
+            token = cutlass.max(token, 0)
+            page_idx = token // page_size
+            slot = token - page_idx * page_size
+            page = Int32(self.mPages[page_idx])
+            self.addr_k[e] = (self.mK.iterator + cute.crd2idx((page, slot, 0), self.mK.layout)).toint()
+            self.addr_v[e] = (self.mV.iterator + cute.crd2idx((page, slot, 0), self.mV.layout)).toint()
+
+    @cute.jit
+    def load(self, n_block: Int32, sX: cute.Tensor, is_k: cutlass.Constexpr[bool]):
+        """cp.async the rows of key block n_block into the smem tile sX (tile_n, d); zero-fill rows
+        past len_k and columns past the real head dim. The caller commits and signals."""
+        d = self.d_qk if const_expr(is_k) else self.d_v
+        mX = self.mK if const_expr(is_k) else self.mV
+        addr = self.addr_k if const_expr(is_k) else self.addr_v
+        d_real = cute.size(mX.shape[2])
+        elems = COPY_BITS // self.dtype.width
+        elem_bytes = self.dtype.width // 8
+        cX = cute.make_identity_tensor((self.tile_n, d))
+        thr_copy = self.tiled_copy.get_slice(self.tidx)
+        tXsX = thr_copy.partition_D(sX)
+        tXcX = thr_copy.partition_S(cX)
+        tXc0X = self.tiled_copy.get_slice(0).partition_S(cX)
+        # Rows of this thread with index below the limit hold keys of the sequence.
+        row_limit = self.len_k - n_block * self.tile_n - tXcX[0][0]
+        mask_and_clamp = ((cute.arch.WARP_SIZE - self.tpr) << 8) | (cute.arch.WARP_SIZE - 1)
+        for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
+            row_addr = cute.arch.shuffle_sync(
+                addr[m // self.tpr], m % self.tpr, mask_and_clamp=mask_and_clamp
+            )
+            row_ok = tXc0X[0, m, 0][0] < row_limit
+            for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
+                col = tXcX[0, m, k][1]
+                pred = cute.make_fragment_like(tXsX[(0, None), m, k], cutlass.Boolean)
+                pred.fill(row_ok & (col < d_real))
+                src_ptr = cute.make_ptr(
+                    self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
+                )
+                src = cute.make_tensor(src_ptr, tXsX[None, m, k].layout)
+                cute.copy(self.tiled_copy, src, tXsX[None, m, k], pred=pred)
+        assert elems * self.tpr * cute.size(tXsX, mode=[2]) == d
+
+
+def gather_ref(pool, page_table_row, len_k: int, kv_layout: str):
+    """Pure-PyTorch twin of the gather (tests): the (len_k, H_kv, D) keys of one sequence."""
+    import torch
+
+    view = pool if kv_layout == "NHD" else pool.transpose(1, 2)  # (num_pages, page_size, H_kv, D)
+    ps = view.shape[1]
+    tokens = torch.arange(len_k)
+    pages = page_table_row.cpu().long()[tokens // ps]
+    return view[pages.to(view.device), (tokens % ps).to(view.device)]
