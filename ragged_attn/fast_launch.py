@@ -22,9 +22,9 @@ from .problem import Problem
 
 _ARG_ORDER = (
     "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
-    "page_table", "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
+    "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
-    "lse_scale",
+    "lse_scale", "page_table",
 )  # fmt: skip
 _INT32 = torch.int32
 _LN2 = math.log(2.0)
@@ -142,9 +142,9 @@ class BoundKernel:
         try:
             self._compiled(
                 q, k, v, out, lse_flat, cu_q, cu_k,
-                cu_q if seqused_q is None else seqused_q, cu_k if seqused_k is None else seqused_k, None,
+                cu_q if seqused_q is None else seqused_q, cu_k if seqused_k is None else seqused_k,
                 0 if seqused_q is None else 1, 0 if seqused_k is None else 1,
-                batch, max_q, s_max, scale, left, right, bottom_right, *strides, self._lse_scale,
+                batch, max_q, s_max, scale, left, right, bottom_right, *strides, self._lse_scale, None,
             )  # fmt: skip
         except ValueError:  # TVM-FFI's own argument checks (before any launch): let the checked path name it
             return None

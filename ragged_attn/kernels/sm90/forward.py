@@ -135,7 +135,6 @@ class RaggedForwardSm90:
         mCuSeqlensK: cute.Tensor,  # (B + 1,) int32 (paged: key lengths unless seqused_k; else a dummy)
         mSeqUsedQ: cute.Tensor,  # (B,) int32 or a dummy
         mSeqUsedK: cute.Tensor,  # (B,) int32 or a dummy
-        mPageTable: Optional[cute.Tensor],  # paged: (B, max_pages) int32; ragged: None
         use_seqused_q: Int32,
         use_seqused_k: Int32,
         batch: Int32,
@@ -150,6 +149,7 @@ class RaggedForwardSm90:
         lse_s_row: Int64,
         lse_s_h: Int64,
         lse_scale: Float32,  # ln 2 for natural-log LSE, 1.0 for log2
+        mPageTable: Optional[cute.Tensor],  # paged: (B, max_pages) int32; ragged: None
         stream: cuda.CUstream,
     ):
         # Sequence first, head last, as TMA wants: (total, d, h).

@@ -16,9 +16,9 @@ from ragged_attn.layout_class import LayoutClass
 # Argument order of the compiled function (the stream is implicit, taken from torch).
 COMPILED_ARGS = (
     "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
-    "page_table", "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
+    "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
-    "lse_scale",
+    "lse_scale", "page_table",
 )
 
 LN2 = math.log(2.0)
@@ -102,10 +102,10 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
     options = (f"--enable-tvm-ffi --gpu-arch {layout_class.arch} " + extra_options).strip()
     return cute.compile(
         kernel,
-        q, k, v, out, lse, cu_q, cu_k, su_q, su_k, page_table,
+        q, k, v, out, lse, cu_q, cu_k, su_q, su_k,
         Int32(0), Int32(0), Int32(1), Int32(1), Int32(0), Float32(1.0),
         Int32(-1), Int32(-1), Int32(1),
-        Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2),
+        Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2), page_table,
         stream,
         options=options,
     )
@@ -181,11 +181,11 @@ def launch_forward(
         q, k, v, out, lse_flat, cu_seqlens_q, cu_seqlens_k,
         seqused_q if seqused_q is not None else cu_seqlens_q,
         seqused_k if seqused_k is not None else cu_seqlens_k,
-        page_table,
         1 if seqused_q is not None else 0,
         1 if seqused_k is not None else 0,
         batch, max_seqlen_q, lse_s_max, float(softmax_scale),
         int(window_left), int(window_right), 1 if bottom_right else 0,
         s_b, s_tok, s_row, s_h,
         1.0 if lse_base_is_log2 else LN2,
+        page_table,
     )

@@ -1,0 +1,123 @@
+"""Paged KV speed on the sm_90a kernel beside ragged KV at the same lengths, and FA4 with a page table.
+
+Workload (issue 5, item 6): 14 long-tail sequences (64..2048 tokens, ragged_attn.bench.workloads
+.longtail_lengths), q and k lengths alike, 32/8 heads, d 128, bf16, causal, LSE on. Paged pools are
+NHD with pages shuffled; page sizes 16 and 64. Useful TFLOP/s = 4 * H_q * d * allowed pairs / time.
+Times: do_bench median and GPU-only median (ragged_attn.bench.timing.gpu_ms). Ours is launched
+through `launch_forward` (no API checks); kernels from RAGGED_ATTN_SM90_PREBUILT or compiled here.
+Usage: python tools/bench_paged_sm90.py
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+
+import torch
+import triton
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from ragged_attn.bench.timing import gpu_ms  # noqa: E402
+from ragged_attn.bench.workloads import longtail_lengths  # noqa: E402
+from ragged_attn.kernels.sm90 import compile_forward, launch_forward  # noqa: E402
+from ragged_attn.layout_class import LayoutClass  # noqa: E402
+
+H_Q, H_KV, D = 32, 8, 128
+
+
+def kernel(kv):
+    lc = LayoutClass("sm_90a", D, D, "bf16", "bf16", "causal", True, kv)
+    path = os.path.join(os.environ.get("RAGGED_ATTN_SM90_PREBUILT", ""), lc.name + ".o")
+    if os.environ.get("RAGGED_ATTN_SM90_PREBUILT") and os.path.exists(path):
+        import cutlass.cute as cute
+
+        return cute.runtime.load_module(path, enable_tvm_ffi=True).fwd
+    return compile_forward(lc)
+
+
+def main():
+    lens = list(longtail_lengths())
+    dev, dt = "cuda", torch.bfloat16
+    total = sum(lens)
+    g = torch.Generator(device=dev).manual_seed(0)
+    q = torch.randn(total, H_Q, D, device=dev, dtype=dt, generator=g)
+    k = torch.randn(total, H_KV, D, device=dev, dtype=dt, generator=g)
+    v = torch.randn(total, H_KV, D, device=dev, dtype=dt, generator=g)
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32, device=dev)
+    used = torch.tensor(lens, dtype=torch.int32, device=dev)
+    out = torch.empty_like(q)
+    lse = torch.empty(total, H_Q, device=dev)
+    pairs = sum(n * (n + 1) // 2 for n in lens)
+    flops = 4 * H_Q * D * pairs
+    common = dict(out=out, lse=lse, cu_seqlens_q=cu, seqused_q=None, batch=len(lens), max_seqlen_q=max(lens),
+                  lse_s_max=0, softmax_scale=D**-0.5, window_left=-1, window_right=-1, bottom_right=True,
+                  lse_strides=(0, H_Q, H_Q, 1))
+
+    def pools(ps):
+        """Shuffled NHD pools holding the same keys, and the page table."""
+        n_pages = [(n + ps - 1) // ps for n in lens]
+        perm = torch.randperm(sum(n_pages), generator=torch.Generator().manual_seed(ps)).to(dev)
+        kp = torch.full((sum(n_pages), ps, H_KV, D), float("nan"), device=dev, dtype=dt)
+        vp = torch.full_like(kp, float("nan"))
+        table = torch.zeros(len(lens), max(n_pages), dtype=torch.int32, device=dev)
+        start, nxt = 0, 0
+        for b, (n, npg) in enumerate(zip(lens, n_pages)):
+            pages = perm[nxt : nxt + npg]
+            table[b, :npg] = pages.to(torch.int32)
+            tok = torch.arange(n, device=dev)
+            kp[pages[tok // ps], tok % ps] = k[start : start + n]
+            vp[pages[tok // ps], tok % ps] = v[start : start + n]
+            start, nxt = start + n, nxt + npg
+        return kp, vp, table
+
+    rows = []
+
+    def record(label, fn, ref=None):
+        try:
+            fn()
+            torch.cuda.synchronize()
+            diff = float("nan") if ref is None else (out.float() - ref.float()).abs().max().item()
+            t = triton.testing.do_bench(fn, warmup=20, rep=100, return_mode="median")
+            gms = gpu_ms(fn, torch.device(dev), head_start_us=300, reps=20)
+            rows.append((label, t, gms, flops / (t * 1e-3) / 1e12, flops / (gms * 1e-3) / 1e12, diff))
+        except Exception as e:  # report and keep going
+            rows.append((f"{label} FAILED {type(e).__name__}: {e}"[:150], 0, 0, 0, 0, float("nan")))
+
+    ragged = kernel("ragged")
+    record("ours ragged", lambda: launch_forward(ragged, q=q, k=k, v=v, cu_seqlens_k=cu, seqused_k=None, **common))
+    ref = out.clone()
+    paged = kernel("paged")
+    fa4_inputs = {}
+    for ps in (16, 64):
+        kp, vp, table = pools(ps)
+        fa4_inputs[ps] = (kp, vp, table)
+        record(f"ours paged page {ps}", lambda kp=kp, vp=vp, table=table: launch_forward(
+            paged, q=q, k=kp, v=vp, cu_seqlens_k=None, seqused_k=used, page_table=table, kv_layout="NHD",
+            **common), ref)  # fmt: skip
+    try:
+        from flash_attn.cute import flash_attn_varlen_func as fa4
+
+        record("FA4 ragged", lambda: fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens),
+                                         max_seqlen_k=max(lens), causal=True, return_lse=True))
+        for ps, (kp, vp, table) in fa4_inputs.items():
+            record(f"FA4 paged page {ps}", lambda kp=kp, vp=vp, table=table: fa4(
+                q, kp, vp, cu_seqlens_q=cu, seqused_k=used, page_table=table, max_seqlen_q=max(lens),
+                causal=True, return_lse=True))  # fmt: skip
+    except ImportError as e:
+        rows.append((f"FA4 not importable: {e}", 0, 0, 0, 0, float("nan")))
+
+    name = torch.cuda.get_device_name()
+    print(f"\n{datetime.date.today()} {name}: longtail14 {lens}, h {H_Q}/{H_KV}, d {D}, bf16, causal, LSE")
+    print("| run | do_bench ms | GPU ms | TFLOP/s (do_bench) | TFLOP/s (GPU) | max abs diff vs ragged |")
+    print("|---|---|---|---|---|---|")
+    base = rows[0][4] if rows and rows[0][4] else None
+    for label, t, gms, tf, tfg, diff in rows:
+        rel = f" ({tfg / base:.2f}x ragged)" if base and tfg else ""
+        print(f"| {label} | {t:.3f} | {gms:.3f} | {tf:.0f} | {tfg:.0f}{rel} | {diff:.3g} |")
+
+
+if __name__ == "__main__":
+    main()
