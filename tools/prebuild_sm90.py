@@ -10,6 +10,7 @@ Usage: CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py DIR [--jobs N] [--no-v
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -51,6 +52,7 @@ def test_classes():
 
     classes = {layout_class_of_case(c) for c in all_cases()}
     classes |= {variant_class(dq, dv) for dq, dv in HEAD_DIM_CLASSES}
+    classes |= {dataclasses.replace(variant_class(128, 128), kv="paged")}  # tools/bench_paged_sm90.py
     return sorted(classes, key=lambda lc: lc.name)
 
 
