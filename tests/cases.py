@@ -173,3 +173,17 @@ def random_case(seed: int, **overrides) -> Case:
     )  # fmt: skip
     fields.update(overrides)
     return Case(**fields)
+
+
+def valid_rows(case: Case, cu_q) -> list[int]:
+    """Indices of the output rows that belong to a sequence of `case` (starts from cu_q)."""
+    return [int(cu_q[b]) + i for b, lq in enumerate(case.lens_q) for i in range(lq)]
+
+
+def close(got, want, what, atol=2e-2, rtol=2e-2):
+    """|got - want| <= atol + rtol * |want| (DESIGN.md's tolerance); equal infinities match."""
+    got, want = got.float(), want.float()
+    both_inf = torch.isinf(want) & (got == want)
+    err = torch.where(both_inf, 0.0, (got - want).abs() - rtol * want.abs())
+    assert torch.isfinite(got[~both_inf]).all(), f"{what}: non-finite values where the reference is finite"
+    assert err.max().item() <= atol, f"{what}: max excess error {err.max().item():.3e}"

@@ -12,18 +12,14 @@ from ragged_attn import attention
 from ragged_attn.compat.flash_attn import flash_attn_varlen_func
 from ragged_attn.compat.flashinfer import cudnn_batch_prefill_with_kv_cache
 from ragged_attn.compat.torch_varlen import varlen_attn
-from tests.cases import Case, oracle_float64
+from tests.cases import Case, oracle_float64, valid_rows
 
 AuxRequest = namedtuple("AuxRequest", ["lse"])
 
 
-def _rows(case, cu_q):
-    return [int(cu_q[b]) + i for b, lq in enumerate(case.lens_q) for i in range(lq)]
-
-
 def _assert_matches_oracle(case, args, kwargs, out, atol=1e-4):
     want, _ = oracle_float64(case, args, kwargs)
-    rows = _rows(case, args[3])
+    rows = valid_rows(case, args[3])
     err = (out[rows].double() - want[rows]).abs().max().item()
     assert err < atol, f"max |out - oracle| = {err}"
 

@@ -9,7 +9,7 @@ import torch
 
 from ragged_attn import attention
 from ragged_attn.reference import attention_reference
-from tests.cases import Case, oracle_float64, random_case
+from tests.cases import Case, oracle_float64, random_case, valid_rows
 
 GRID = [random_case(seed) for seed in range(60)]
 # Named corners the random grid may miss.
@@ -23,16 +23,12 @@ GRID += [
 ]
 
 
-def _valid_rows(case: Case, cu_q) -> list[int]:
-    return [int(cu_q[b]) + i for b, lq in enumerate(case.lens_q) for i in range(lq)]
-
-
 @pytest.mark.parametrize("case", GRID, ids=lambda c: c.id)
 def test_reference_matches_float64_oracle(case: Case):
     args, kwargs = case.make()
     out, lse = attention_reference(*args, return_lse=True, **kwargs)
     want, want_lse = oracle_float64(case, args, kwargs)
-    rows = _valid_rows(case, args[3])
+    rows = valid_rows(case, args[3])
     if rows:
         err = (out[rows].double() - want[rows]).abs().max().item()
         assert err < 1e-4, f"max |out - oracle| = {err}"

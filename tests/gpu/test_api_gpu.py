@@ -10,7 +10,7 @@ import torch
 import ragged_attn
 from ragged_attn.compat.flash_attn import flash_attn_varlen_func
 from ragged_attn.compat.flashinfer import cudnn_batch_prefill_with_kv_cache
-from tests.cases import Case
+from tests.cases import Case, close, valid_rows
 
 pytestmark = [
     pytest.mark.gpu,
@@ -19,18 +19,6 @@ pytestmark = [
         reason="needs a CUDA GPU (sm_90a)",
     ),
 ]
-
-
-def close(got, want, what, atol=2e-2, rtol=2e-2):
-    got, want = got.float(), want.float()
-    both_inf = torch.isinf(want) & (got == want)
-    err = torch.where(both_inf, 0.0, (got - want).abs() - rtol * want.abs())
-    assert torch.isfinite(got[~both_inf]).all(), f"{what}: non-finite values where the reference is finite"
-    assert err.max().item() <= atol, f"{what}: max excess error {err.max().item():.3e}"
-
-
-def valid_rows(case, cu_q):
-    return [int(cu_q[b]) + i for b, lq in enumerate(case.lens_q) for i in range(lq)]
 
 
 API_CASES = [

@@ -17,7 +17,7 @@ import torch
 import ragged_attn
 from ragged_attn.compat.flash_attn import flash_attn_varlen_func
 from ragged_attn.compat.flashinfer import cudnn_batch_prefill_with_kv_cache
-from tests.cases import Case
+from tests.cases import Case, close, valid_rows
 
 pytestmark = [
     pytest.mark.gpu,
@@ -32,18 +32,6 @@ LAYOUTS = ("NHD", "HND")
 MASKS = ("none", "causal", "window")
 RATIOS = (1, 2, 4, 8, 3)
 LSE_LAYOUTS = (("head_major", "ln"), ("token_major", "log2"), ("padded", "ln"), ("padded", "log2"))
-
-
-def close(got, want, what, atol=2e-2, rtol=2e-2):
-    got, want = got.float(), want.float()
-    both_inf = torch.isinf(want) & (got == want)
-    err = torch.where(both_inf, 0.0, (got - want).abs() - rtol * want.abs())
-    assert torch.isfinite(got[~both_inf]).all(), f"{what}: non-finite values where the reference is finite"
-    assert err.max().item() <= atol, f"{what}: max excess error {err.max().item():.3e}"
-
-
-def valid_rows(case, cu_q):
-    return [int(cu_q[b]) + i for b, lq in enumerate(case.lens_q) for i in range(lq)]
 
 
 def lengths_for(ps: int, seed: int) -> tuple[list[int], list[int]]:
