@@ -20,6 +20,7 @@ BACKENDS = ("auto", "reference", "cute")
 # Kernel limits: the batch is the grid's z extent; token indices and window bounds stay below
 # the kernel's 2**29 "unbounded" sentinel.
 MAX_BATCH = 65535
+MAX_HEADS = 65535  # query heads: the grid's y extent
 MAX_TOKENS = 2**29
 _DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _LN2 = math.log(2.0)
@@ -115,6 +116,10 @@ def check_support(problem: Problem) -> LayoutClass:
         raise NotImplementedError(
             f"cu_seqlens_q: the kernel's grid holds at most {MAX_BATCH} sequences, got B = {problem.batch}; "
             f"{_USE_REFERENCE}"
+        )
+    if problem.h_q > MAX_HEADS:
+        raise NotImplementedError(
+            f"q: the kernel's grid holds at most {MAX_HEADS} query heads, got H_q = {problem.h_q}; {_USE_REFERENCE}"
         )
     # Paged pools are addressed with 64-bit row pointers: only a sequence's key count (at most
     # max_pages * page_size) meets the kernel's 32-bit token arithmetic.

@@ -1,11 +1,17 @@
-"""The microsecond launch path of `Plan.run`: one predicate over what can change, then the kernel.
+"""The microsecond launch path of `Plan.run` and `attention`: a few reads, then the kernel.
 
 Rules (DESIGN.md contract 4):
-- `BoundKernel.try_launch` checks, in one pass, every fact the kernel relies on that can differ
-  from the plan (types, dtypes, ranks, device, head dims, 16-byte alignment, int32 metadata, the
-  kernel's limits). When any of them fails, or the call needs something the fast path leaves to
-  the checked path (a caller's LSE buffer, empty tensors, paged KV), it returns None and the caller
-  runs the full checks, which raise the named error or serve the call.
+- The compiled kernel's TVM-FFI entry checks, in C before any launch, everything one tensor or two
+  tensors sharing an extent can get wrong (ranks, dtypes, devices, unit last strides, strides that
+  are multiples of 8 elements, 16-byte bases, head dims multiples of 8, equal shared extents, int32
+  scalars; kernels/sm90/launch.py lists them) and raises ValueError/TypeError; `try_launch` then
+  returns None.
+- `try_launch` checks in Python only what that entry cannot see: the call's needs that the fast
+  path leaves to the checked path (a caller's LSE buffer, paged KV, empty tensors), the kernel's
+  limits (tokens, sequences, heads), H_q % H_kv, the class's head-dim envelope, the device of the
+  plan, seqused shapes, and that a caller's `out` overlaps neither itself nor q, k, v.
+- When any of them fails it returns None and the caller runs the full checks, which raise the
+  named error or serve the call. Nothing is written before every check has passed.
 - It reads no device memory and allocates only out / lse.
 The argument order of the compiled kernel is asserted against `kernels.sm90.COMPILED_ARGS` at bind
 time, so a kernel change cannot silently shift arguments.
@@ -17,7 +23,8 @@ import math
 
 import torch
 
-from .backends import MAX_BATCH, MAX_TOKENS
+from .backends import MAX_BATCH, MAX_HEADS, MAX_TOKENS
+from .layout_class import head_dim_class
 from .problem import Problem
 
 _ARG_ORDER = (
@@ -35,9 +42,8 @@ class BoundKernel:
 
     __slots__ = (
         "_compiled",
-        "_d_qk",
-        "_d_v",
         "_device",
+        "_dims",
         "_dtype",
         "_lse_layout",
         "_lse_scale",
@@ -62,8 +68,11 @@ class BoundKernel:
             self._device = device.index if device.index is not None else torch.cuda.current_device()
         else:
             self._device = -1
-        self._d_qk = problem.d_qk
-        self._d_v = problem.d_v
+        # Every (d_qk, d_v) this class serves (its envelope): the checked path would pick it too.
+        own = head_dim_class(problem.d_qk, problem.d_v)
+        self._dims = frozenset(
+            (dq, dv) for dq in range(8, 257, 8) for dv in range(8, 257, 8) if head_dim_class(dq, dv) == own
+        )
         left, right = problem.window
         self._options = (float(problem.softmax_scale), left, right, 1 if problem.alignment == "bottom_right" else 0)
         self._return_lse = problem.return_lse
@@ -72,56 +81,41 @@ class BoundKernel:
 
     def try_launch(self, q, k, v, cu_q, cu_k, max_q, seqused_q, seqused_k, page_table, out, lse):
         """Launch and return out or (out, lse); None when the checked path must take the call."""
-        dt, dev = self._dtype, self._device
+        if lse is not None or page_table is not None or type(max_q) is not int:
+            return None
         try:  # unpacking checks the ranks; a non-tensor fails on .shape
             total_q, h_q, d_qk = q.shape
-            total_k, h_kv, d_k = k.shape
-            total_v, h_v, d_v = v.shape
-            (n_cu_q,) = cu_q.shape
-            (n_cu_k,) = cu_k.shape
-            qs, ks, vs = q.stride(), k.stride(), v.stride()
-            q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
+            total_k, h_kv, _ = k.shape
+            d_v = v.shape[2]
+            batch = cu_q.numel() - 1  # its rank is the TVM-FFI entry's to check
             if not (
-                lse is None and page_table is None and type(max_q) is int
-                and q.dtype is dt and k.dtype is dt and v.dtype is dt
-                and cu_q.dtype is _INT32 and cu_k.dtype is _INT32
-                and q.get_device() == dev and k.get_device() == dev and v.get_device() == dev
-                and cu_q.get_device() == dev and cu_k.get_device() == dev
-                and d_qk == self._d_qk and d_k == d_qk and d_v == self._d_v and total_v == total_k
-                and h_v == h_kv and h_kv > 0 and h_q % h_kv == 0 and n_cu_k == n_cu_q
-                and 1 < n_cu_q <= MAX_BATCH + 1 and 0 < total_q < MAX_TOKENS and 0 < total_k < MAX_TOKENS
-                and 0 < max_q < 2**31
-                and qs[2] == 1 and ks[2] == 1 and vs[2] == 1
-                and not ((qs[0] | qs[1] | ks[0] | ks[1] | vs[0] | vs[1]) & 7)
-                and not ((q_ptr | k_ptr | v_ptr) & 15)
+                0 < total_q < MAX_TOKENS and 0 < total_k < MAX_TOKENS and 0 < batch <= MAX_BATCH
+                and 0 < h_kv <= h_q <= MAX_HEADS and h_q % h_kv == 0 and 0 < max_q < 2**31
+                and (d_qk, d_v) in self._dims and q.get_device() == self._device
             ):  # fmt: skip
                 return None
-            batch = n_cu_q - 1
             for used in (seqused_q, seqused_k):
-                if used is not None and not (
-                    used.dtype is _INT32 and used.shape == (batch,) and used.get_device() == dev
-                ):  # fmt: skip
+                if used is not None and not (used.dtype is _INT32 and used.shape == (batch,)):
                     return None
             if out is None:
                 out = (torch.zeros if seqused_q is not None else torch.empty)(
                     (total_q, h_q, d_v), dtype=self._out_dtype, device=q.device
                 )
             else:
+                # Nested strides (no element shares memory) and a span apart from q, k and v;
+                # anything else goes to the checked path, which tells which rule broke. Shapes,
+                # dtype, device, alignment and the last stride are the TVM-FFI entry's to check.
                 os_ = out.stride()
                 out_ptr = out.data_ptr()
-                # Nested strides (no element shares memory) and a span apart from q, k and v;
-                # anything else goes to the checked path, which tells which rule broke.
                 out_end = out_ptr + ((total_q - 1) * os_[0] + (h_q - 1) * os_[1] + d_v) * 2
                 if not (
-                    out.dtype is self._out_dtype and out.shape == (total_q, h_q, d_v) and out.get_device() == dev
-                    and os_[2] == 1 and os_[1] >= d_v and os_[0] >= h_q * os_[1]
-                    and not ((os_[0] | os_[1]) & 7) and not (out_ptr & 15)
-                    and _apart(out_ptr, out_end, q_ptr, total_q, h_q, d_qk, qs)
-                    and _apart(out_ptr, out_end, k_ptr, total_k, h_kv, d_qk, ks)
-                    and _apart(out_ptr, out_end, v_ptr, total_k, h_kv, d_v, vs)
+                    os_[1] >= d_v and os_[0] >= h_q * os_[1]
+                    and _apart(out_ptr, out_end, q.data_ptr(), total_q, h_q, d_qk, q.stride())
+                    and _apart(out_ptr, out_end, k.data_ptr(), total_k, h_kv, d_qk, k.stride())
+                    and _apart(out_ptr, out_end, v.data_ptr(), total_k, h_kv, d_v, v.stride())
                 ):  # fmt: skip
                     return None
-        except (AttributeError, TypeError, ValueError):  # not a tensor, or the wrong rank
+        except (AttributeError, TypeError, ValueError, IndexError):  # not a tensor, or the wrong rank
             return None
         s_max = 0
         lse_flat, strides = None, (0, 0, 0, 0)
@@ -146,7 +140,7 @@ class BoundKernel:
                 0 if seqused_q is None else 1, 0 if seqused_k is None else 1,
                 batch, max_q, s_max, scale, left, right, bottom_right, *strides, self._lse_scale, None,
             )  # fmt: skip
-        except ValueError:  # TVM-FFI's own argument checks (before any launch): let the checked path name it
+        except (ValueError, TypeError):  # the TVM-FFI entry's checks (before any launch): the checked path names it
             return None
         return (out, lse) if self._return_lse else out
 

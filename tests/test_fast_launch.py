@@ -9,13 +9,34 @@ import torch
 
 from ragged_attn.fast_launch import BoundKernel
 from ragged_attn.problem import build_problem
+from tests.fast_path_cases import ENTRY_MUTATIONS, PREDICATE_MUTATIONS, base_arguments
 
 
-class Recorder:
-    def __init__(self):
+class EntryModel:
+    """A stand-in for the compiled TVM-FFI entry on the CPU: it records calls and raises ValueError
+    where the real entry does (kernels/sm90/launch.py lists its checks; tests/gpu/test_api_gpu.py
+    runs the same mutations against the real one)."""
+
+    def __init__(self, dtype=torch.bfloat16):
+        self.dtype = dtype
         self.calls = []
 
     def __call__(self, *args):
+        q, k, v, out, lse, cu_q, cu_k, su_q, su_k = args[:9]
+        for name, t, dtype, rank in (("q", q, self.dtype, 3), ("k", k, self.dtype, 3), ("v", v, self.dtype, 3),
+                                     ("out", out, self.dtype, 3), ("cu_seqlens_q", cu_q, torch.int32, 1),
+                                     ("cu_seqlens_k", cu_k, torch.int32, 1), ("seqused_q", su_q, torch.int32, 1),
+                                     ("seqused_k", su_k, torch.int32, 1)):  # fmt: skip
+            if t.dtype != dtype or t.dim() != rank or t.stride(-1) != 1:
+                raise ValueError(f"Mismatched Tensor on argument {name}")
+            if rank == 3 and (t.data_ptr() % 16 or t.stride(0) % 8 or t.stride(1) % 8 or t.shape[2] % 8):
+                raise ValueError(f"Misaligned Tensor on argument {name}")
+        if lse is not None and (lse.dtype != torch.float32 or lse.dim() != 1):
+            raise ValueError("Mismatched Tensor on argument lse")
+        shared = ((q.shape[0], out.shape[0]), (q.shape[1], out.shape[1]), (k.shape[:2], v.shape[:2]),
+                  (q.shape[2], k.shape[2]), (v.shape[2], out.shape[2]), (cu_q.shape, cu_k.shape))  # fmt: skip
+        if any(a != b for a, b in shared):
+            raise ValueError("Mismatched shape")
         self.calls.append(args)
 
 
@@ -27,7 +48,7 @@ def make(total_q=40, total_k=50, h_q=8, h_kv=2, d=128, dtype=torch.bfloat16, **o
     cu_q = torch.tensor([0, 10, total_q], dtype=torch.int32)
     cu_k = torch.tensor([0, 20, total_k], dtype=torch.int32)
     problem, _ = build_problem(q, k, v, cu_q, cu_k, 30, 30, **options)
-    rec = Recorder()
+    rec = EntryModel(dtype)
     return BoundKernel(rec, problem), rec, (q, k, v, cu_q, cu_k)
 
 
@@ -60,34 +81,42 @@ def test_seqused_passes_flags_and_zeroes_allocated_out():
     assert torch.all(out == 0)
 
 
-@pytest.mark.parametrize(
-    "mutate",
-    [
-        lambda a: a.update(q=a["q"].half()),
-        lambda a: a.update(k=a["k"][None]),
-        lambda a: a.update(cu_q=a["cu_q"].long()),
-        lambda a: a.update(cu_k=a["cu_k"][:-1]),
-        lambda a: a.update(max_q=None),
-        lambda a: a.update(max_q=0),
-        lambda a: a.update(lse=torch.empty(8, 40)),
-        lambda a: a.update(q=torch.randn(40, 8, 132).bfloat16()[..., :128]),
-        lambda a: a.update(q=a["q"][:0]),
-        lambda a: a.update(v=torch.randn(50, 2, 64).bfloat16()),
-        lambda a: a.update(k=torch.randn(50, 3, 128).bfloat16(), v=torch.randn(50, 3, 128).bfloat16()),
-        lambda a: a.update(out=torch.empty(40, 8, 128, dtype=torch.float16)),
-        lambda a: a.update(seqused_q=torch.tensor([1, 2, 3], dtype=torch.int32)),
-        lambda a: a.update(page_table=torch.zeros(2, 1, dtype=torch.int32)),
-    ],
-    ids=["dtype", "rank", "cu-dtype", "cu-length", "max-none", "max-zero", "lse-buffer", "misaligned-stride",
-         "empty-q", "head-dim", "gqa-indivisible", "out-dtype", "seqused-shape", "paged"],
-)
-def test_anything_unusual_goes_to_the_checked_path(mutate):
-    bound, rec, (q, k, v, cu_q, cu_k) = make()
-    a = dict(q=q, k=k, v=v, cu_q=cu_q, cu_k=cu_k, max_q=30, seqused_q=None, seqused_k=None, page_table=None,
-             out=None, lse=None)
-    mutate(a)
+def _base_bound():
+    a = base_arguments()
+    problem, _ = build_problem(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 30, causal=True)
+    rec = EntryModel()
+    return BoundKernel(rec, problem), rec, a
+
+
+def test_base_arguments_take_the_fast_path():
+    bound, rec, a = _base_bound()
+    out = bound.try_launch(**a)
+    assert out.shape == (40, 8, 128) and len(rec.calls) == 1 and rec.calls[0][3] is out
+
+
+@pytest.mark.parametrize("name", sorted(PREDICATE_MUTATIONS))
+def test_predicate_sends_the_call_to_the_checked_path(name):
+    bound, rec, a = _base_bound()
+    PREDICATE_MUTATIONS[name](a)
     assert bound.try_launch(**a) is None
     assert rec.calls == [], "the kernel was called although the predicate failed"
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_MUTATIONS))
+def test_entry_rejections_send_the_call_to_the_checked_path(name):
+    """The predicate leaves these to the entry; its ValueError means None (no launch happened)."""
+    bound, rec, a = _base_bound()
+    ENTRY_MUTATIONS[name](a)
+    assert bound.try_launch(**a) is None
+    assert rec.calls == []
+
+
+def test_served_envelope_dims_take_the_fast_path():
+    """(128, 64) belongs to the (128, 128) class, as the checked path would choose."""
+    bound, rec, a = _base_bound()
+    a["v"] = a["v"][..., :64]
+    out = bound.try_launch(**a)
+    assert out.shape == (40, 8, 64) and len(rec.calls) == 1
 
 
 def test_caller_out_is_used_when_apart_from_the_inputs():
@@ -95,19 +124,3 @@ def test_caller_out_is_used_when_apart_from_the_inputs():
     out = torch.empty(40, 8, 128, dtype=torch.bfloat16)
     assert bound.try_launch(*t, 30, None, None, None, out, None) is out
     assert rec.calls[0][3] is out
-
-
-@pytest.mark.parametrize(
-    "make_out",
-    [
-        lambda q: q,  # out is q
-        lambda q: torch.zeros(1, 8, 128, dtype=torch.bfloat16).expand(40, 8, 128),  # self-overlapping
-        lambda q: torch.empty(40, 128, 8, dtype=torch.bfloat16).transpose(1, 2),  # last dim strided
-        lambda q: torch.empty(40, 8, 128, dtype=torch.bfloat16)[:, :, :].as_strided((40, 8, 128), (128, 128, 1)),
-    ],
-    ids=["aliases-q", "expanded", "transposed", "heads-share-rows"],
-)
-def test_unusual_out_goes_to_the_checked_path(make_out):
-    bound, rec, t = make()
-    assert bound.try_launch(*t, 30, None, None, None, make_out(t[0]), None) is None
-    assert rec.calls == []

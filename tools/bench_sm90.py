@@ -6,7 +6,9 @@ through `launch_forward` (no API checks). Two times per row: do_bench median (in
 launch when that is slower than the GPU work) and the GPU-only median (ragged_attn.bench.timing
 .gpu_ms: a `torch.cuda._sleep` head start keeps the host out).
 
-Sections (python tools/bench_sm90.py [classes] [item2]; both by default):
+Sections (python tools/bench_sm90.py [floor] [classes] [item2]; classes and item2 by default):
+- floor: issue 4's four workloads at d128 (the speed floor): FA4, ours, ours in plain grid order
+  (the CTA-order candidate), torch varlen_attn.
 - classes: 2 x 8192 causal, 32/8 heads, every head-dim class: the class's own tiles, the tile
   candidates of tools/prebuild_sm90.py VARIANTS, d32 also through the d64 envelope; FA4.
 - item2: issue 4's four workloads (2 x 8192 at 64/8 heads; 14 long-tail sequences, 4 x 512 and
@@ -44,10 +46,8 @@ def load(lc, variant=None):
 
         return cute.runtime.load_module(path, enable_tvm_ffi=True).fwd
     from ragged_attn.kernels.sm90 import compile_forward
-    from ragged_attn.kernels.sm90.tile_config import TileConfig
 
-    config = None if variant is None else TileConfig(128, variant[2], 2, pingpong=variant[3])
-    return compile_forward(lc, config=config)
+    return compile_forward(lc, config=None if variant is None else prebuild_sm90.variant_config(variant))
 
 
 def pairs_causal_br(lens):
@@ -141,7 +141,7 @@ def section_classes(table):
         timed(prob, "ours (class config)", lambda: prob.ours(load(lc)), rows, ref)
         for v in prebuild_sm90.VARIANTS:
             if v[:2] == (dq, dv):
-                timed(prob, f"ours n{v[2]} pp{int(v[3])}", lambda v=v: prob.ours(load(lc, v)), rows, ref)
+                timed(prob, prebuild_sm90.variant_name(*v).split("--")[1], lambda v=v: prob.ours(load(lc, v)), rows, ref)
         if (dq, dv) == (32, 32):
             env = LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, "ragged")
             timed(prob, "ours via d64 envelope", lambda: prob.ours(load(env)), rows, ref)
@@ -152,15 +152,39 @@ def section_classes(table):
         torch.cuda.empty_cache()
 
 
+ISSUE4_WORKLOADS = (
+    ("2x8192 h64/8", [8192] * 2, 64, 8),
+    ("longtail14 h32/8", list(longtail_lengths()), 32, 8),
+    ("4x512 h32/8", [512] * 4, 32, 8),
+    ("64x128 h32/8", [128] * 64, 32, 8),
+)
+
+
+def section_floor(table):
+    """Issue 4's speed floor at d128: FA4, ours (longest-first), ours in plain grid order, varlen_attn."""
+    from ragged_attn.layout_class import LayoutClass
+
+    lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "ragged")
+    fn, grid_order = load(lc), load(lc, (128, 128, 128, True, False))
+    for name, lens, hq, hkv in ISSUE4_WORKLOADS:
+        prob = Problem(lens, hq, hkv, 128, 128)
+        shape = f"{name} d128 causal"
+        rows = []
+        ref = timed(prob, "FA4", prob.fa4, rows)
+        timed(prob, "ours", lambda: prob.ours(fn), rows, ref)
+        timed(prob, "ours grid-order", lambda: prob.ours(grid_order), rows, ref)
+        timed(prob, "torch varlen_attn (FA2)", prob.varlen, rows, ref)
+        for r in rows:
+            print(shape, r, flush=True)
+        table += [(shape, *r) for r in rows]
+        prob = ref = None
+        torch.cuda.empty_cache()
+
+
 def section_item2(table):
     from ragged_attn.layout_class import LayoutClass
 
-    workloads = (
-        ("2x8192 h64/8", [8192] * 2, 64, 8),
-        ("longtail14 h32/8", list(longtail_lengths()), 32, 8),
-        ("4x512 h32/8", [512] * 4, 32, 8),
-        ("64x128 h32/8", [128] * 64, 32, 8),
-    )
+    workloads = ISSUE4_WORKLOADS
     for d in (64, 256):
         lc = LayoutClass("sm_90a", d, d, "bf16", "bf16", "causal", True, "ragged")
         fn = load(lc)
@@ -182,6 +206,8 @@ def main():
     which = sys.argv[1:] or ["classes", "item2"]
     print(torch.cuda.get_device_name(), flush=True)
     table = []
+    if "floor" in which:
+        section_floor(table)
     if "classes" in which:
         section_classes(table)
     if "item2" in which:

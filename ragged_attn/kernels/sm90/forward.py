@@ -7,9 +7,11 @@ Structure (one CTA = one (m_block, query head, sequence) tile; FA4's Hopper forw
   S = Q K^T (SS WGMMA), mask on boundary blocks, online softmax, O += P V (RS WGMMA, P stays in
   registers), then the epilogue (O through smem, 128-bit row- and column-predicated stores; LSE
   per row). Tiles per class: tile_config.py (tile_m = 128, tile_n 80..128).
-- Grid (m_blocks, H_q, B), m_blocks = ceil(max(max_seqlen_q, lse_s_max) / tile_m), visited in
-  reverse so causal tiles with the most work start first. A tile whose first row is past len_q
-  computes nothing; it only writes -inf into padded LSE rows [len_q, lse_s_max).
+- Grid (m_blocks, H_q, B), m_blocks = ceil(max(max_seqlen_q, lse_s_max) / tile_m). The CTA's
+  rank is decoded with the tile's distance from its sequence's last tile slowest, so the costliest
+  causal tiles of every head and sequence start first and the cheap first tiles fill the tail.
+  A tile whose first row is past len_q computes nothing; it only writes -inf into padded LSE rows
+  [len_q, lse_s_max).
 - Non-packed GQA: query head h reads key/value head h // (H_q // H_kv), the ratio read from the
   tensor extents at run time.
 - Every number is run time (lengths, heads, strides, scale, window, alignment, LSE addressing,
@@ -116,6 +118,7 @@ class RaggedForwardSm90:
         self.num_stages = config.num_stages
         self.pingpong = config.pingpong
         self.overlap = config.overlap
+        self.longest_first = config.longest_first
         self.o_aliases_q = alias
         self.has_right = mask in ("causal", "window")
         self.has_left = mask == "window"
@@ -317,9 +320,21 @@ class RaggedForwardSm90:
         SharedStorage: cutlass.Constexpr,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        # The hardware hands out CTAs in rank order (x fastest). Rank r is decoded with the
+        # sequence and head fastest and the tile's distance from its sequence's end slowest, so
+        # every (head, sequence)'s last tile (the most causal work) starts before any second-to-
+        # last one, and the short first tiles form the tail (longest-processing-time first).
+        # (longest_first=False, for comparison: tiles in grid order, m reversed per (head, sequence).)
         bidx, head_idx, batch_idx = cute.arch.block_idx()
-        num_m_blocks, _, _ = cute.arch.grid_dim()
-        m_block = Int32(num_m_blocks) - 1 - Int32(bidx)  # longest causal tiles first
+        num_m_blocks, num_heads, num_batch = cute.arch.grid_dim()
+        m_from_end = Int32(num_m_blocks) - 1 - Int32(bidx)
+        if const_expr(self.longest_first):
+            rank = Int64(bidx) + Int64(num_m_blocks) * (Int64(head_idx) + Int64(num_heads) * Int64(batch_idx))
+            heads_x_batch = Int64(num_heads) * Int64(num_batch)
+            m_from_end = Int32(rank // heads_x_batch)
+            head_batch = Int32(rank - Int64(m_from_end) * heads_x_batch)
+            batch_idx = head_batch // Int32(num_heads)
+            head_idx = head_batch - batch_idx * Int32(num_heads)
         if warp_idx == 0:
             cpasync.prefetch_descriptor(tma_atom_Q)
             if const_expr(not self.paged):
@@ -392,6 +407,13 @@ class RaggedForwardSm90:
         seqlen = SeqlenInfo.create(
             batch_idx, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k
         )
+        # Tiles holding rows of the sequence count back from its last one; the rest (only padded
+        # LSE rows past len_q) keep their index, so the map is a bijection of [0, num_m_blocks).
+        m_block = m_from_end
+        if const_expr(self.longest_first):
+            tiles_q = (seqlen.len_q + (self.tile_m - 1)) // self.tile_m
+            if m_from_end < tiles_q:
+                m_block = tiles_q - 1 - m_from_end
         off = Int32(0)
         if const_expr(self.has_right):
             if bottom_right != 0:

@@ -58,6 +58,14 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
     HND pool is passed as its permuted view) and a (B, max_pages) int32 page table; page size,
     page count and table width are run-time extents. Ragged classes take page_table=None.
 
+    The TVM-FFI entry checks, before any launch, and raises ValueError/TypeError otherwise: tensor
+    ranks, dtypes, device type and one device for all tensors, unit last strides, the other strides
+    multiples of 8 elements, 16-byte (4-byte for int32/float32) base addresses, head dims multiples
+    of 8, and equal extents where tensors share them (q/out tokens and heads, k/v tokens and heads,
+    q/k d_qk, v/out d_v, cu_seqlens_q/k lengths), int32 ranges of the scalars. It does not check
+    what relates extents otherwise (H_q % H_kv, the class's head-dim envelope, empty tensors,
+    overlap): fast_launch and problem.py do.
+
     Raises ValueError for another arch.
     `extra_options` is appended to the DSL options (e.g. "remarks{ptx}" prints ptxas usage).
     """
@@ -92,8 +100,10 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
         page_table = None
     out = fake(odt, (total_q, h_q, d_v), (stride64(), stride64(), 1), assumed_align=16)
     lse = fake(Float32, (cute.sym_int(),), (1,), assumed_align=4) if layout_class.lse else None
-    cu_q = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
-    cu_k = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
+    # One extent for both: TVM-FFI then checks that they have the same length (B + 1).
+    num_cu = cute.sym_int()
+    cu_q = fake(Int32, (num_cu,), (1,), assumed_align=4)
+    cu_k = fake(Int32, (num_cu,), (1,), assumed_align=4)
     su_q = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
     su_k = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
