@@ -92,11 +92,12 @@ def attention(
     if lse is None and backend != "reference" and type(window_size) is tuple:
         # Options that a full check accepted before (with the same types) need no second check;
         # the tensors always get BoundKernel's predicate. Anything unusual takes the checked path.
-        fast_key = (type(causal), causal, window_size, tuple(type(x) for x in window_size), type(softmax_scale),
-                    softmax_scale, return_lse, lse_layout, lse_base, kv_layout, backend)  # fmt: skip
         try:
+            fast_key = (type(causal), causal, window_size, type(window_size[0]), type(window_size[-1]),
+                        type(softmax_scale), softmax_scale, type(return_lse), return_lse, lse_layout, lse_base,
+                        kv_layout, backend)  # fmt: skip
             bound = _FAST_PATHS.get(fast_key)
-        except TypeError:  # an unhashable option: the checked path names it
+        except (TypeError, IndexError):  # an unhashable option or an empty window: the checked path names it
             bound = fast_key = None
         if bound is not None and (max_seqlen_k is None or type(max_seqlen_k) is int):
             result = bound.try_launch(
@@ -117,7 +118,7 @@ def attention(
         layout_class = backends.check_support(problem)
         o, l_ = backends.launch_cute(layout_class, problem, tensors)
         if fast_key is not None:
-            _FAST_PATHS[fast_key] = _bind(layout_class, problem)
+            _FAST_PATHS[fast_key] = _bind(layout_class, problem, default_scale=softmax_scale is None)
     return (o, l_) if return_lse else o
 
 
@@ -125,12 +126,12 @@ def attention(
 _FAST_PATHS: dict = {}
 
 
-def _bind(layout_class: LayoutClass, problem: Problem):
+def _bind(layout_class: LayoutClass, problem: Problem, default_scale: bool):
     from . import compile_cache
     from .fast_launch import BoundKernel
     from .kernels import sm90
 
-    return BoundKernel(compile_cache.get_kernel(layout_class, sm90.compile_forward), problem)
+    return BoundKernel(compile_cache.get_kernel(layout_class, sm90.compile_forward), problem, default_scale)
 
 
 def _use_reference(problem: Problem, backend: str) -> bool:
@@ -263,7 +264,8 @@ def plan(
         return Plan(problem, backend, None, options)
     layout_class = backends.check_support(problem)
 
-    return Plan(problem, backend, layout_class, options, _bind(layout_class, problem))
+    bound = _bind(layout_class, problem, default_scale=options.get("softmax_scale") is None)
+    return Plan(problem, backend, layout_class, options, bound)
 
 
 def warmup(problems_or_classes: Iterable, *, arch: str | None = None, progress: bool = True) -> list[LayoutClass]:

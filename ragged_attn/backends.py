@@ -20,7 +20,9 @@ BACKENDS = ("auto", "reference", "cute")
 # Kernel limits: the batch is the grid's z extent; token indices and window bounds stay below
 # the kernel's 2**29 "unbounded" sentinel.
 MAX_BATCH = 65535
-MAX_HEADS = 65535  # query heads: the grid's y extent
+MAX_HEADS = 65535  # query heads: the grid's x extent (kept within the y/z limit)
+# A padded LSE gets ceil(s_max / 128) tiles per sequence on the grid's y axis (at most 65535).
+MAX_PADDED_LSE_ROWS = 65535 * 128
 MAX_TOKENS = 2**29
 _DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _LN2 = math.log(2.0)
@@ -121,6 +123,13 @@ def check_support(problem: Problem) -> LayoutClass:
         raise NotImplementedError(
             f"q: the kernel's grid holds at most {MAX_HEADS} query heads, got H_q = {problem.h_q}; {_USE_REFERENCE}"
         )
+    if problem.lse_layout == "padded" and problem.return_lse:
+        rows = max(problem.lse_s_max, problem.max_seqlen_q or problem.total_q)
+        if rows > MAX_PADDED_LSE_ROWS:
+            raise NotImplementedError(
+                f"lse: a padded LSE holds at most {MAX_PADDED_LSE_ROWS} rows per sequence on the kernel "
+                f"(max(s_max, max_seqlen_q) = {rows}); use lse_layout='head_major' or {_USE_REFERENCE}"
+            )
     # Paged pools are addressed with 64-bit row pointers: only a sequence's key count (at most
     # max_pages * page_size) meets the kernel's 32-bit token arithmetic.
     total_k = problem.total_k if problem.kv == "ragged" else problem.max_pages_per_seq * problem.page_size

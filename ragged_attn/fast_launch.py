@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from .backends import MAX_BATCH, MAX_HEADS, MAX_TOKENS
+from .backends import MAX_BATCH, MAX_HEADS, MAX_PADDED_LSE_ROWS, MAX_TOKENS
 from .layout_class import head_dim_class
 from .problem import Problem
 
@@ -52,7 +52,8 @@ class BoundKernel:
         "_return_lse",
     )  # fmt: skip
 
-    def __init__(self, compiled, problem: Problem):
+    def __init__(self, compiled, problem: Problem, default_scale: bool = False):
+        """default_scale: the call left softmax_scale to its default, 1 / sqrt(d_qk) of each call's q."""
         from .kernels import sm90
 
         if tuple(sm90.COMPILED_ARGS) != _ARG_ORDER:
@@ -74,7 +75,8 @@ class BoundKernel:
             (dq, dv) for dq in range(8, 257, 8) for dv in range(8, 257, 8) if head_dim_class(dq, dv) == own
         )
         left, right = problem.window
-        self._options = (float(problem.softmax_scale), left, right, 1 if problem.alignment == "bottom_right" else 0)
+        scale = None if default_scale else float(problem.softmax_scale)
+        self._options = (scale, left, right, 1 if problem.alignment == "bottom_right" else 0)
         self._return_lse = problem.return_lse
         self._lse_layout = problem.lse_layout
         self._lse_scale = 1.0 if problem.lse_base == "log2" else _LN2
@@ -128,11 +130,15 @@ class BoundKernel:
                 lse = torch.empty((total_q, h_q), dtype=torch.float32, device=q.device)
                 strides = (0, h_q, h_q, 1)
             else:
+                if max_q > MAX_PADDED_LSE_ROWS:
+                    return None
                 s_max = max_q
                 lse = torch.empty((batch, s_max, h_q), dtype=torch.float32, device=q.device)
                 strides = (s_max * h_q, 0, h_q, 1)
             lse_flat = lse.view(-1)
         scale, left, right, bottom_right = self._options
+        if scale is None:
+            scale = d_qk**-0.5
         try:
             self._compiled(
                 q, k, v, out, lse_flat, cu_q, cu_k,

@@ -124,3 +124,15 @@ def test_caller_out_is_used_when_apart_from_the_inputs():
     out = torch.empty(40, 8, 128, dtype=torch.bfloat16)
     assert bound.try_launch(*t, 30, None, None, None, out, None) is out
     assert rec.calls[0][3] is out
+
+
+def test_default_scale_follows_each_calls_head_dim():
+    """softmax_scale=None means 1/sqrt(d_qk) of the call's q (as the checked path computes it), not of
+    the tensors the plan was made with; an explicit scale stays fixed."""
+    a = base_arguments()
+    problem, _ = build_problem(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 30, causal=True)
+    for default_scale, want in ((True, 120**-0.5), (False, 128**-0.5)):
+        rec = EntryModel()
+        b = dict(a, q=a["q"][..., :120], k=a["k"][..., :120])
+        assert BoundKernel(rec, problem, default_scale).try_launch(**b) is not None
+        assert rec.calls[0][14] == pytest.approx(want)

@@ -7,8 +7,8 @@ launch when that is slower than the GPU work) and the GPU-only median (ragged_at
 .gpu_ms: a `torch.cuda._sleep` head start keeps the host out).
 
 Sections (python tools/bench_sm90.py [floor] [classes] [item2]; classes and item2 by default):
-- floor: issue 4's four workloads at d128 (the speed floor): FA4, ours, ours in plain grid order
-  (the CTA-order candidate), torch varlen_attn.
+- floor: issue 4's four workloads at d128 (the speed floor): FA4, ours, torch varlen_attn, and a
+  baseline build of the same class from an earlier commit when one is prebuilt.
 - classes: 2 x 8192 causal, 32/8 heads, every head-dim class: the class's own tiles, the tile
   candidates of tools/prebuild_sm90.py VARIANTS, d32 also through the d64 envelope; FA4.
 - item2: issue 4's four workloads (2 x 8192 at 64/8 heads; 14 long-tail sequences, 4 x 512 and
@@ -141,7 +141,7 @@ def section_classes(table):
         timed(prob, "ours (class config)", lambda: prob.ours(load(lc)), rows, ref)
         for v in prebuild_sm90.VARIANTS:
             if v[:2] == (dq, dv):
-                timed(prob, prebuild_sm90.variant_name(*v).split("--")[1], lambda v=v: prob.ours(load(lc, v)), rows, ref)
+                timed(prob, f"ours n{v[2]} pp{int(v[3])}", lambda v=v: prob.ours(load(lc, v)), rows, ref)
         if (dq, dv) == (32, 32):
             env = LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, "ragged")
             timed(prob, "ours via d64 envelope", lambda: prob.ours(load(env)), rows, ref)
@@ -161,18 +161,24 @@ ISSUE4_WORKLOADS = (
 
 
 def section_floor(table):
-    """Issue 4's speed floor at d128: FA4, ours (longest-first), ours in plain grid order, varlen_attn."""
+    """Issue 4's speed floor at d128: FA4, ours, torch varlen_attn; and, when RAGGED_ATTN_SM90_PREBUILT
+    holds `baseline/<class>.o` (the same class built from an earlier commit), that kernel too."""
+    import cutlass.cute as cute
+
     from ragged_attn.layout_class import LayoutClass
 
     lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "ragged")
-    fn, grid_order = load(lc), load(lc, (128, 128, 128, True, False))
+    fn = load(lc)
+    base_path = os.path.join(PREBUILT, "baseline", lc.name + ".o")
+    base = cute.runtime.load_module(base_path, enable_tvm_ffi=True).fwd if os.path.exists(base_path) else None
     for name, lens, hq, hkv in ISSUE4_WORKLOADS:
         prob = Problem(lens, hq, hkv, 128, 128)
         shape = f"{name} d128 causal"
         rows = []
         ref = timed(prob, "FA4", prob.fa4, rows)
-        timed(prob, "ours", lambda: prob.ours(fn), rows, ref)
-        timed(prob, "ours grid-order", lambda: prob.ours(grid_order), rows, ref)
+        timed(prob, "ours", lambda prob=prob: prob.ours(fn), rows, ref)
+        if base is not None:
+            timed(prob, "ours baseline", lambda prob=prob: prob.ours(base), rows, ref)
         timed(prob, "torch varlen_attn (FA2)", prob.varlen, rows, ref)
         for r in rows:
             print(shape, r, flush=True)

@@ -39,7 +39,7 @@ def main():
     out = torch.empty_like(q)
     plan = ragged_attn.plan(q, k, v, cu, cu, 64, 64, causal=True)
     compiled = compile_cache.get_kernel(plan.layout_class, sm90.compile_forward)
-    bare_args = (q, k, v, out, None, cu, cu, cu, cu, 0, 0, 2, 64, 0, 0.088, -1, 0, 1, 0, 0, 0, 0, 0.69)
+    bare_args = (q, k, v, out, None, cu, cu, cu, cu, 0, 0, 2, 64, 0, 0.088, -1, 0, 1, 0, 0, 0, 0, 0.69, None)
     rows = [
         ("bare TVM-FFI call of the compiled kernel", per_call_us(lambda: compiled(*bare_args))),
         ("Plan.run(..., out=out)", per_call_us(lambda: plan.run(q, k, v, cu, cu, 64, 64, out=out))),

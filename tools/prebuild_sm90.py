@@ -20,9 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 # Tile candidates timed beside each class's own config (bf16, causal, LSE on):
-# (d_qk, d_v, tile_n, pingpong[, longest_first]). Results: ragged_attn/kernels/sm90/tile_config.py.
+# (d_qk, d_v, tile_n, pingpong). Results: ragged_attn/kernels/sm90/tile_config.py.
 VARIANTS = (
-    (128, 128, 128, True, False),  # the class's tiles in plain grid order (before longest-first)
     (32, 32, 128, True),
     (32, 32, 256, True),
     (64, 64, 192, True),
@@ -42,15 +41,15 @@ def variant_class(d_qk, d_v):
     return LayoutClass("sm_90a", d_qk, d_v, "bf16", "bf16", "causal", True, "ragged")
 
 
-def variant_name(d_qk, d_v, tile_n, pingpong, longest_first=True) -> str:
-    return f"{variant_class(d_qk, d_v).name}--n{tile_n}-pp{int(pingpong)}" + ("" if longest_first else "-grid-order")
+def variant_name(d_qk, d_v, tile_n, pingpong) -> str:
+    return f"{variant_class(d_qk, d_v).name}--n{tile_n}-pp{int(pingpong)}"
 
 
 def variant_config(variant):
     from ragged_attn.kernels.sm90.tile_config import TileConfig
 
-    d_qk, d_v, tile_n, pingpong, *rest = variant
-    return TileConfig(128, tile_n, 2, pingpong=pingpong, overlap=True, longest_first=rest[0] if rest else True)
+    _, _, tile_n, pingpong = variant
+    return TileConfig(128, tile_n, 2, pingpong=pingpong, overlap=True)
 
 
 def test_classes():

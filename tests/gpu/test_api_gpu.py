@@ -11,6 +11,7 @@ import ragged_attn
 from ragged_attn.compat.flash_attn import flash_attn_varlen_func
 from ragged_attn.compat.flashinfer import cudnn_batch_prefill_with_kv_cache
 from tests.cases import Case, close, valid_rows
+from tests.fast_path_cases import ENTRY_MUTATIONS, base_arguments
 
 pytestmark = [
     pytest.mark.gpu,
@@ -154,3 +155,65 @@ def test_attention_fast_path_across_shapes_and_still_checks():
     with pytest.raises(ValueError, match="16 bytes"):
         ragged_attn.attention(q, k, torch.empty(v.shape[0], v.shape[1], 68, device="cuda", dtype=v.dtype)[..., 2:66],
                               cu_q, cu_k, mq, mk, **kwargs, return_lse=True)
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_MUTATIONS))
+def test_the_real_entry_rejects_what_the_fast_path_leaves_to_it(name):
+    """tests/test_fast_launch.py models the TVM-FFI entry's checks on the CPU; here the compiled entry
+    itself must reject each such call before launching (a NaN-poisoned out stays NaN), and Plan.run's
+    checked path must then raise the named error."""
+    a = base_arguments("cuda", seed=7)
+    plan = ragged_attn.plan(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 30, causal=True)
+    a["out"] = torch.full((40, 8, 128), math.nan, dtype=torch.bfloat16, device="cuda")
+    ENTRY_MUTATIONS[name](a)
+    if a["out"].is_floating_point():
+        a["out"].fill_(math.nan)
+    assert plan._bound.try_launch(**a) is None
+    torch.cuda.synchronize()
+    assert torch.isnan(a["out"]).all(), "the entry launched although it should have refused"
+    # The checked path names the problem: ValueError/TypeError, or NotImplementedError where the
+    # call is valid but not the kernel's (an fp16 out of bf16 inputs runs on backend="reference").
+    with pytest.raises((ValueError, TypeError, NotImplementedError)):
+        plan.run(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], a["max_q"], 30, seqused_q=a["seqused_q"],
+                 seqused_k=a["seqused_k"], page_table=a["page_table"], out=a["out"], lse=a["lse"])  # fmt: skip
+    torch.cuda.synchronize()
+    assert torch.isnan(a["out"]).all(), "the checked path wrote before raising"
+
+
+def test_fast_path_serves_the_class_envelope_and_matches_reference():
+    """A plan made at d 128 runs d_v 64 and d 120 (same class) on the fast path, without compiling."""
+    a = base_arguments("cuda", seed=8)
+    plan = ragged_attn.plan(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 30, causal=True)
+    compiles = ragged_attn.cache_info().compiles
+    for d_qk, d_v in ((128, 64), (120, 120), (128, 128)):
+        q, k, v = a["q"][..., :d_qk], a["k"][..., :d_qk], a["v"][..., :d_v]
+        out = torch.full((40, 8, d_v), math.nan, dtype=torch.bfloat16, device="cuda")
+        got = plan._bound.try_launch(q, k, v, a["cu_q"], a["cu_k"], 30, None, None, None, out, None)
+        assert got is out, f"({d_qk}, {d_v}) left the fast path"
+        want = ragged_attn.attention(q, k, v, a["cu_q"], a["cu_k"], 30, 30, causal=True, backend="reference")
+        close(out, want, f"fast path d {d_qk}x{d_v}")
+    assert ragged_attn.cache_info().compiles == compiles
+
+
+@pytest.mark.parametrize("max_seqlen_q", [590, None])
+def test_packed_tile_slots_with_gaps_before_between_and_after(max_seqlen_q):
+    """Few tokens per sequence slot budget -> the packed grid (binary search over cu_seqlens_q): every
+    tile of every sequence runs once; rows before cu_seqlens_q[0], in gaps and after the last sequence
+    keep the caller's NaN."""
+    g = torch.Generator().manual_seed(11)
+    cu_q = torch.tensor([5, 300, 310, 310, 900], dtype=torch.int32, device="cuda")  # one empty sequence
+    cu_k = torch.tensor([0, 295, 305, 333, 923], dtype=torch.int32, device="cuda")
+    seqused_q = torch.tensor([295, 7, 0, 590], dtype=torch.int32, device="cuda")  # a gap after sequence 1
+    q = torch.randn(1000, 8, 128, generator=g).to(torch.bfloat16).cuda()
+    k = torch.randn(923, 2, 128, generator=g).to(torch.bfloat16).cuda()
+    v = torch.randn(923, 2, 128, generator=g).to(torch.bfloat16).cuda()
+    out = torch.full_like(q, math.nan)
+    lse = torch.full((1000, 8), math.nan, device="cuda")
+    kw = dict(seqused_q=seqused_q, causal=True, return_lse=True, lse_layout="token_major")
+    ragged_attn.attention(q, k, v, cu_q, cu_k, max_seqlen_q, 590, out=out, lse=lse, **kw)
+    want, want_lse = ragged_attn.attention(q, k, v, cu_q, cu_k, max_seqlen_q, 590, backend="reference", **kw)
+    rows = list(range(5, 300)) + list(range(300, 307)) + list(range(310, 900))
+    close(out[rows], want[rows], "out")
+    close(lse[rows], want_lse[rows], "lse", atol=1e-2, rtol=0)
+    outside = [r for r in range(1000) if r not in set(rows)]
+    assert torch.isnan(out[outside]).all() and torch.isnan(lse[outside]).all()

@@ -7,11 +7,12 @@ Structure (one CTA = one (m_block, query head, sequence) tile; FA4's Hopper forw
   S = Q K^T (SS WGMMA), mask on boundary blocks, online softmax, O += P V (RS WGMMA, P stays in
   registers), then the epilogue (O through smem, 128-bit row- and column-predicated stores; LSE
   per row). Tiles per class: tile_config.py (tile_m = 128, tile_n 80..128).
-- Grid (m_blocks, H_q, B), m_blocks = ceil(max(max_seqlen_q, lse_s_max) / tile_m). The CTA's
-  rank is decoded with the tile's distance from its sequence's last tile slowest, so the costliest
-  causal tiles of every head and sequence start first and the cheap first tiles fill the tail.
-  A tile whose first row is past len_q computes nothing; it only writes -inf into padded LSE rows
-  [len_q, lse_s_max).
+- Grid (H_q, tile slots): per sequence (tiles_max = ceil(max(max_seqlen_q, lse_s_max) / tile_m)
+  slots each, grid (H_q, tiles_max, B)) or packed (total_q // tile_m + B slots in all, sequence b
+  from cu_seqlens_q[b] // tile_m + b on, found by binary search), whichever has fewer slots; packed
+  only without a padded LSE. Heads vary fastest and a sequence's slots run from its last tile
+  down: the costliest causal tiles start first and the cheap first tiles fill the tail. A tile
+  past len_q computes nothing; it only writes -inf into padded LSE rows [len_q, lse_s_max).
 - Non-packed GQA: query head h reads key/value head h // (H_q // H_kv), the ratio read from the
   tensor extents at run time.
 - Every number is run time (lengths, heads, strides, scale, window, alignment, LSE addressing,
@@ -59,6 +60,7 @@ from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes
 LOG2_E = math.log2(math.e)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
 SCHED_BARRIER_BASE = 2  # ids 2, 3: ping-pong between the two MMA warpgroups
+GRID_YZ_MAX = 65535  # CUDA's limit on gridDim.y and gridDim.z
 
 
 def make_smem_layout(dtype, rows: int, cols: int, stages: Optional[int] = None):
@@ -118,7 +120,6 @@ class RaggedForwardSm90:
         self.num_stages = config.num_stages
         self.pingpong = config.pingpong
         self.overlap = config.overlap
-        self.longest_first = config.longest_first
         self.o_aliases_q = alias
         self.has_right = mask in ("causal", "window")
         self.has_left = mask == "window"
@@ -220,7 +221,20 @@ class RaggedForwardSm90:
         SharedStorage = self.storage_struct(sQ_layout, sK_layout, sV_layout, sO_layout)
         assert SharedStorage.size_in_bytes() == self.smem_planned, "tile_config.smem_bytes is out of date"
 
-        num_m_blocks = (cutlass.max(max_seqlen_q, lse_s_max) + (self.tile_m - 1)) // self.tile_m
+        # Tile slots per query head. "Per sequence": the grid is (H_q, tiles_max, B), every sequence
+        # gets tiles_max slots (padded LSE rows need them). "Packed" (no padded LSE, and fewer slots):
+        # sequence b owns the slots [cu_seqlens_q[b] // tile_m + b, that of b + 1), which holds its
+        # ceil(len_q / tile_m) tiles; total_q // tile_m + B slots in all, folded over grid y and z
+        # (y <= 65535). Either way x is the head, so the hardware hands out every head of a slot
+        # before the next slot, a sequence's slots in order, and slot j of a sequence is its
+        # (j+1)-th tile from the end: the costliest causal tiles first, the cheap ones as the tail.
+        tiles_max = (cutlass.max(max_seqlen_q, lse_s_max) + (self.tile_m - 1)) // self.tile_m
+        slots = cute.size(mQ.shape[0]) // self.tile_m + batch
+        fewer = Int32(Int64(slots) < Int64(tiles_max) * Int64(batch))
+        packed = Int32(lse_s_max == 0) * cutlass.max(fewer, Int32(tiles_max > GRID_YZ_MAX))
+        slots_y = cutlass.min(slots, Int32(GRID_YZ_MAX))
+        grid_y = packed * slots_y + (1 - packed) * tiles_max
+        grid_z = packed * ((slots + (slots_y - 1)) // slots_y) + (1 - packed) * batch
         scale_log2 = softmax_scale * Float32(LOG2_E)
         self.kernel(
             tma_Q,
@@ -236,6 +250,7 @@ class RaggedForwardSm90:
             tma_atom_Q,
             tma_atom_K,
             tma_atom_V,
+            packed,
             use_seqused_q,
             use_seqused_k,
             lse_s_max,
@@ -257,7 +272,7 @@ class RaggedForwardSm90:
             gmem_tiled_copy_O,
             SharedStorage,
         ).launch(
-            grid=[num_m_blocks, cute.size(mQ.shape[1]), batch],
+            grid=[cute.size(mQ.shape[1]), grid_y, grid_z],
             block=[self.num_threads, 1, 1],
             stream=stream,
             min_blocks_per_mp=1,
@@ -298,6 +313,7 @@ class RaggedForwardSm90:
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,  # paged: the cp.async gather copy (also tma_atom_V)
         tma_atom_V: cute.CopyAtom,
+        packed: Int32,  # 1: tile slots packed by sequence (see __call__), 0: tiles_max per sequence
         use_seqused_q: Int32,
         use_seqused_k: Int32,
         lse_s_max: Int32,
@@ -320,21 +336,24 @@ class RaggedForwardSm90:
         SharedStorage: cutlass.Constexpr,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        # The hardware hands out CTAs in rank order (x fastest). Rank r is decoded with the
-        # sequence and head fastest and the tile's distance from its sequence's end slowest, so
-        # every (head, sequence)'s last tile (the most causal work) starts before any second-to-
-        # last one, and the short first tiles form the tail (longest-processing-time first).
-        # (longest_first=False, for comparison: tiles in grid order, m reversed per (head, sequence).)
-        bidx, head_idx, batch_idx = cute.arch.block_idx()
-        num_m_blocks, num_heads, num_batch = cute.arch.grid_dim()
-        m_from_end = Int32(num_m_blocks) - 1 - Int32(bidx)
-        if const_expr(self.longest_first):
-            rank = Int64(bidx) + Int64(num_m_blocks) * (Int64(head_idx) + Int64(num_heads) * Int64(batch_idx))
-            heads_x_batch = Int64(num_heads) * Int64(num_batch)
-            m_from_end = Int32(rank // heads_x_batch)
-            head_batch = Int32(rank - Int64(m_from_end) * heads_x_batch)
-            batch_idx = head_batch // Int32(num_heads)
-            head_idx = head_batch - batch_idx * Int32(num_heads)
+        # x = query head, y (and z when packed) = tile slot, z = sequence otherwise (see __call__).
+        head_idx, slot, batch_idx = cute.arch.block_idx()
+        _, num_y, _ = cute.arch.grid_dim()
+        slot = Int32(slot)
+        batch_idx = Int32(batch_idx)
+        if packed != 0:
+            slot = slot + Int32(num_y) * batch_idx
+            # The last sequence whose first slot is <= slot: binary search over cu_seqlens_q.
+            lo = Int32(0)
+            hi = cute.size(mCuSeqlensQ.shape[0]) - 2
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if Int32(mCuSeqlensQ[mid]) // self.tile_m + mid <= slot:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            batch_idx = lo
+            slot = slot - (Int32(mCuSeqlensQ[lo]) // self.tile_m + lo)  # may be < 0: no tile
         if warp_idx == 0:
             cpasync.prefetch_descriptor(tma_atom_Q)
             if const_expr(not self.paged):
@@ -407,13 +426,12 @@ class RaggedForwardSm90:
         seqlen = SeqlenInfo.create(
             batch_idx, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k
         )
-        # Tiles holding rows of the sequence count back from its last one; the rest (only padded
-        # LSE rows past len_q) keep their index, so the map is a bijection of [0, num_m_blocks).
-        m_block = m_from_end
-        if const_expr(self.longest_first):
-            tiles_q = (seqlen.len_q + (self.tile_m - 1)) // self.tile_m
-            if m_from_end < tiles_q:
-                m_block = tiles_q - 1 - m_from_end
+        # Slot j < tiles_q is the (j+1)-th tile from the end; any other slot gets a tile index past
+        # len_q (padded LSE rows only, when there are any), so each tile is visited exactly once.
+        tiles_q = (seqlen.len_q + (self.tile_m - 1)) // self.tile_m
+        m_block = slot
+        if slot < tiles_q:
+            m_block = tiles_q - 1 - slot
         off = Int32(0)
         if const_expr(self.has_right):
             if bottom_right != 0:

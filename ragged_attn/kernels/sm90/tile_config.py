@@ -32,7 +32,6 @@ class TileConfig:
     num_stages: int = 2
     pingpong: bool = True  # named-barrier turns between the two MMA warpgroups
     overlap: bool = True  # softmax of block n under the P V GEMM of block n + 1
-    longest_first: bool = True  # CTA ranks: every sequence's last tiles first (False: grid order)
 
     def __post_init__(self) -> None:
         if self.tile_m != 128:
