@@ -34,6 +34,7 @@ _ARG_ORDER = (
     "lse_scale", "page_table",
 )  # fmt: skip
 _INT32 = torch.int32
+_F32 = torch.float32
 _LN2 = math.log(2.0)
 
 
@@ -48,7 +49,6 @@ class BoundKernel:
         "_lse_layout",
         "_lse_scale",
         "_options",
-        "_out_dtype",
         "_return_lse",
     )  # fmt: skip
 
@@ -63,7 +63,6 @@ class BoundKernel:
             )
         self._compiled = compiled
         self._dtype = problem.dtype
-        self._out_dtype = problem.out_dtype
         device = problem.device  # compared with Tensor.get_device(): -1 for the CPU
         if device.type == "cuda":
             self._device = device.index if device.index is not None else torch.cuda.current_device()
@@ -99,10 +98,10 @@ class BoundKernel:
             for used in (seqused_q, seqused_k):
                 if used is not None and not (used.dtype is _INT32 and used.shape == (batch,)):
                     return None
-            if out is None:
-                out = (torch.zeros if seqused_q is not None else torch.empty)(
-                    (total_q, h_q, d_v), dtype=self._out_dtype, device=q.device
-                )
+            if out is None:  # the kernels write q's dtype (check_support); new_empty parses least
+                out = q.new_empty((total_q, h_q, d_v))
+                if seqused_q is not None:
+                    out.zero_()
             else:
                 # Nested strides (no element shares memory) and a span apart from q, k and v;
                 # anything else goes to the checked path, which tells which rule broke. Shapes,
@@ -124,16 +123,16 @@ class BoundKernel:
         if self._return_lse:
             layout = self._lse_layout
             if layout == "head_major":
-                lse = torch.empty((h_q, total_q), dtype=torch.float32, device=q.device)
+                lse = q.new_empty((h_q, total_q), dtype=_F32)
                 strides = (0, 1, 1, total_q)
             elif layout == "token_major":
-                lse = torch.empty((total_q, h_q), dtype=torch.float32, device=q.device)
+                lse = q.new_empty((total_q, h_q), dtype=_F32)
                 strides = (0, h_q, h_q, 1)
             else:
                 if max_q > MAX_PADDED_LSE_ROWS:
                     return None
                 s_max = max_q
-                lse = torch.empty((batch, s_max, h_q), dtype=torch.float32, device=q.device)
+                lse = q.new_empty((batch, s_max, h_q), dtype=_F32)
                 strides = (s_max * h_q, 0, h_q, 1)
             lse_flat = lse.view(-1)
         scale, left, right, bottom_right = self._options
