@@ -95,62 +95,80 @@ class BoundKernel:
                 and (d_qk, d_v) in self._dims and q.get_device() == self._device
             ):  # fmt: skip
                 return None
-            for used in (seqused_q, seqused_k):
-                if used is not None and not (used.dtype is _INT32 and used.shape == (batch,)):
-                    return None
-            if out is None:  # the kernels write q's dtype (check_support); new_empty parses least
-                out = q.new_empty((total_q, h_q, d_v))
-                if seqused_q is not None:
-                    out.zero_()
+            if seqused_q is None and seqused_k is None:
+                used_q, used_k, flag_q, flag_k = cu_q, cu_k, 0, 0
             else:
-                # Nested strides (no element shares memory) and a span apart from q, k and v;
-                # anything else goes to the checked path, which tells which rule broke. Shapes,
-                # dtype, device, alignment and the last stride are the TVM-FFI entry's to check.
-                os_ = out.stride()
-                out_ptr = out.data_ptr()
-                out_end = out_ptr + ((total_q - 1) * os_[0] + (h_q - 1) * os_[1] + d_v) * 2
-                if not (
-                    os_[1] >= d_v and os_[0] >= h_q * os_[1]
-                    and _apart(out_ptr, out_end, q.data_ptr(), total_q, h_q, d_qk, q.stride())
-                    and _apart(out_ptr, out_end, k.data_ptr(), total_k, h_kv, d_qk, k.stride())
-                    and _apart(out_ptr, out_end, v.data_ptr(), total_k, h_kv, d_v, v.stride())
-                ):  # fmt: skip
+                for used in (seqused_q, seqused_k):
+                    if used is not None and not (used.dtype is _INT32 and used.shape == (batch,)):
+                        return None
+                used_q, flag_q = (cu_q, 0) if seqused_q is None else (seqused_q, 1)
+                used_k, flag_k = (cu_k, 0) if seqused_k is None else (seqused_k, 1)
+            if out is not None:
+                # Nested strides (no element shares memory) and a span apart from q, k and v (byte
+                # ranges [lo, hi) of 2-byte elements); anything else goes to the checked path, which
+                # tells which rule broke. Shape, dtype, device, alignment and the last stride are
+                # the TVM-FFI entry's to check.
+                s0, s1, _ = out.stride()
+                lo = out.data_ptr()
+                hi = lo + ((total_q - 1) * s0 + (h_q - 1) * s1 + d_v) * 2
+                if not (s1 >= d_v and s0 >= h_q * s1):
                     return None
+                p = q.data_ptr()
+                if p < hi:
+                    s0, s1, _ = q.stride()
+                    if p + ((total_q - 1) * s0 + (h_q - 1) * s1 + d_qk) * 2 > lo:
+                        return None
+                p = k.data_ptr()
+                if p < hi:
+                    s0, s1, _ = k.stride()
+                    if p + ((total_k - 1) * s0 + (h_kv - 1) * s1 + d_qk) * 2 > lo:
+                        return None
+                p = v.data_ptr()
+                if p < hi:
+                    s0, s1, _ = v.stride()
+                    if p + ((total_k - 1) * s0 + (h_kv - 1) * s1 + d_v) * 2 > lo:
+                        return None
         except (AttributeError, TypeError, ValueError, IndexError):  # not a tensor, or the wrong rank
             return None
-        s_max = 0
-        lse_flat, strides = None, (0, 0, 0, 0)
-        if self._return_lse:
-            layout = self._lse_layout
-            if layout == "head_major":
-                lse = q.new_empty((h_q, total_q), dtype=_F32)
-                strides = (0, 1, 1, total_q)
-            elif layout == "token_major":
-                lse = q.new_empty((total_q, h_q), dtype=_F32)
-                strides = (0, h_q, h_q, 1)
-            else:
-                if max_q > MAX_PADDED_LSE_ROWS:
-                    return None
-                s_max = max_q
-                lse = q.new_empty((batch, s_max, h_q), dtype=_F32)
-                strides = (s_max * h_q, 0, h_q, 1)
-            lse_flat = lse.view(-1)
         scale, left, right, bottom_right = self._options
         if scale is None:
             scale = d_qk**-0.5
+        if not self._return_lse:
+            if out is None:  # the kernels write q's dtype (check_support); new_empty parses least
+                out = q.new_empty((total_q, h_q, d_v))
+                if flag_q:
+                    out.zero_()
+            try:
+                self._compiled(
+                    q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
+                    scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, None,
+                )  # fmt: skip
+            except (ValueError, TypeError):  # the TVM-FFI entry's checks, before any launch
+                return None
+            return out
+        s_max = 0
+        layout = self._lse_layout
+        if layout == "head_major":
+            lse = q.new_empty((h_q, total_q), dtype=_F32)
+            strides = (0, 1, 1, total_q)
+        elif layout == "token_major":
+            lse = q.new_empty((total_q, h_q), dtype=_F32)
+            strides = (0, h_q, h_q, 1)
+        else:
+            if max_q > MAX_PADDED_LSE_ROWS:
+                return None
+            s_max = max_q
+            lse = q.new_empty((batch, s_max, h_q), dtype=_F32)
+            strides = (s_max * h_q, 0, h_q, 1)
+        if out is None:
+            out = q.new_empty((total_q, h_q, d_v))
+            if flag_q:
+                out.zero_()
         try:
             self._compiled(
-                q, k, v, out, lse_flat, cu_q, cu_k,
-                cu_q if seqused_q is None else seqused_q, cu_k if seqused_k is None else seqused_k,
-                0 if seqused_q is None else 1, 0 if seqused_k is None else 1,
-                batch, max_q, s_max, scale, left, right, bottom_right, *strides, self._lse_scale, None,
+                q, k, v, out, lse.view(-1), cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, s_max,
+                scale, left, right, bottom_right, *strides, self._lse_scale, None,
             )  # fmt: skip
         except (ValueError, TypeError):  # the TVM-FFI entry's checks (before any launch): the checked path names it
             return None
-        return (out, lse) if self._return_lse else out
-
-
-def _apart(lo, hi, ptr, rows, heads, dim, strides) -> bool:
-    """[lo, hi) does not meet the bytes of a 2-byte (rows, heads, dim) tensor at ptr with strides."""
-    end = ptr + ((rows - 1) * strides[0] + (heads - 1) * strides[1] + dim) * 2
-    return hi <= ptr or end <= lo
+        return out, lse

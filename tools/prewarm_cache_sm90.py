@@ -1,5 +1,6 @@
 """Fill a ragged_attn compile-cache directory on a CPU box with the sm_90a classes the GPU API tests
-reach through `attention` (tests/gpu/test_paged_gpu.py, tests/gpu/test_api_gpu.py), so a device
+reach through `attention` (tests/gpu/test_paged_gpu.py, tests/gpu/test_api_gpu.py, the bench
+harness's serving suite), so a device
 round loads them from disk instead of compiling them there. The entries are keyed by the kernel
 sources' digest: rebuild after any change under ragged_attn/kernels/.
 
@@ -40,6 +41,8 @@ def classes():
         lc(128, 128, "bf16", "window", True, "ragged"),
         lc(64, 64, "fp16", "causal", True, "ragged"),
         lc(64, 64, "bf16", "window", True, "ragged"),
+        lc(256, 256, "bf16", "causal", True, "ragged"),  # test_api_gpu's L2-group test
+        lc(192, 128, "bf16", "causal", False, "ragged"),  # the bench harness's deepseek rows
     ]
     return paged + ragged
 

@@ -217,3 +217,19 @@ def test_packed_tile_slots_with_gaps_before_between_and_after(max_seqlen_q):
     close(lse[rows], want_lse[rows], "lse", atol=1e-2, rtol=0)
     outside = [r for r in range(1000) if r not in set(rows)]
     assert torch.isnan(out[outside]).all() and torch.isnan(lse[outside]).all()
+
+
+@pytest.mark.parametrize("lens", [([300], [12000]), ([300, 10], [12000, 10])], ids=["per-sequence", "packed"])
+def test_long_keys_split_heads_into_l2_groups(lens):
+    """12000 keys at d 256 make each head's K/V ~12 MB, so the kernel deals the 5 heads out in L2
+    groups of 2, 2 and 1 (a partial last group); every (head, tile) must still run exactly once."""
+    lens_q, lens_k = lens
+    case = Case(12, lens_q, lens_k, 5, 5, 256, 256, dtype=torch.bfloat16, causal=True, lse_layout="token_major")
+    args, kwargs = case.make("cuda")
+    total_q = args[0].shape[0]
+    out = torch.full((total_q, 5, 256), math.nan, dtype=torch.bfloat16, device="cuda")
+    lse = torch.full((total_q, 5), math.nan, device="cuda")
+    ragged_attn.attention(*args, **kwargs, return_lse=True, out=out, lse=lse)
+    want, want_lse = ragged_attn.attention(*args, **kwargs, return_lse=True, backend="reference")
+    close(out, want, "out")
+    close(lse, want_lse, "lse", atol=1e-2, rtol=0)

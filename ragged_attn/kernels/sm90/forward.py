@@ -61,6 +61,7 @@ LOG2_E = math.log2(math.e)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
 SCHED_BARRIER_BASE = 2  # ids 2, 3: ping-pong between the two MMA warpgroups
 GRID_YZ_MAX = 65535  # CUDA's limit on gridDim.y and gridDim.z
+L2_KV_BYTES = 32 << 20  # K/V bytes of the heads grouped to share L2 (H100/H200: 50 MiB of L2)
 
 
 def make_smem_layout(dtype, rows: int, cols: int, stages: Optional[int] = None):
@@ -337,15 +338,19 @@ class RaggedForwardSm90:
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         # x = query head, y (and z when packed) = tile slot, z = sequence otherwise (see __call__).
-        head_idx, slot, batch_idx = cute.arch.block_idx()
-        _, num_y, _ = cute.arch.grid_dim()
+        head_x, slot, batch_idx = cute.arch.block_idx()
+        num_heads, num_y, _ = cute.arch.grid_dim()
+        head_x = Int32(head_x)
+        num_heads = Int32(num_heads)
         slot = Int32(slot)
         batch_idx = Int32(batch_idx)
+        seq_slots = Int32(num_y)  # slots of this CTA's sequence
         if packed != 0:
             slot = slot + Int32(num_y) * batch_idx
             # The last sequence whose first slot is <= slot: binary search over cu_seqlens_q.
+            num_seqs = cute.size(mCuSeqlensQ.shape[0]) - 1
             lo = Int32(0)
-            hi = cute.size(mCuSeqlensQ.shape[0]) - 2
+            hi = num_seqs - 1
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 if Int32(mCuSeqlensQ[mid]) // self.tile_m + mid <= slot:
@@ -353,7 +358,11 @@ class RaggedForwardSm90:
                 else:
                     hi = mid - 1
             batch_idx = lo
-            slot = slot - (Int32(mCuSeqlensQ[lo]) // self.tile_m + lo)  # may be < 0: no tile
+            first = Int32(mCuSeqlensQ[lo]) // self.tile_m + lo
+            slot = slot - first  # may be < 0: no tile
+            seq_slots = cute.size(mO.shape[0]) // self.tile_m + num_seqs - first
+            if lo + 1 < num_seqs:
+                seq_slots = Int32(mCuSeqlensQ[lo + 1]) // self.tile_m + lo + 1 - first
         if warp_idx == 0:
             cpasync.prefetch_descriptor(tma_atom_Q)
             if const_expr(not self.paged):
@@ -426,6 +435,25 @@ class RaggedForwardSm90:
         seqlen = SeqlenInfo.create(
             batch_idx, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k
         )
+        # L2 grouping: the sequence's (head, slot) CTAs, in the order the hardware hands them out
+        # (head fastest), are re-dealt group by group: G query heads (whole GQA groups) whose K/V
+        # together fit in L2_KV_BYTES take all their slots before the next G heads start, slot by
+        # slot, G heads per slot. Short sequences (all heads fit) keep slot-major order across every
+        # head; long ones keep G heads' K/V hot in L2. A bijection of [0, H_q * seq_slots).
+        head_idx = head_x
+        if slot >= 0:
+            if slot < seq_slots:
+                ratio = num_heads // cute.size(tma_K.shape[2])  # H_kv: mode 2 of both (ragged TMA view, paged pool)
+                kv_bytes = Int64(cutlass.max(seqlen.len_k, 1)) * ((self.d_qk + self.d_v) * self.dtype.width // 8)
+                group = Int32(cutlass.min(Int64(L2_KV_BYTES) // kv_bytes, Int64(num_heads))) // ratio * ratio
+                group = cutlass.max(group, ratio)
+                rank = head_x + num_heads * slot
+                per_group = group * seq_slots
+                g = rank // per_group
+                rest = rank - g * per_group
+                heads_here = cutlass.min(group, num_heads - g * group)
+                slot = rest // heads_here
+                head_idx = g * group + rest - slot * heads_here
         # Slot j < tiles_q is the (j+1)-th tile from the end; any other slot gets a tile index past
         # len_q (padded LSE rows only, when there are any), so each tile is visited exactly once.
         tiles_q = (seqlen.len_q + (self.tile_m - 1)) // self.tile_m
