@@ -435,25 +435,28 @@ class RaggedForwardSm90:
         seqlen = SeqlenInfo.create(
             batch_idx, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k
         )
-        # L2 grouping: the sequence's (head, slot) CTAs, in the order the hardware hands them out
-        # (head fastest), are re-dealt group by group: G query heads (whole GQA groups) whose K/V
-        # together fit in L2_KV_BYTES take all their slots before the next G heads start, slot by
-        # slot, G heads per slot. Short sequences (all heads fit) keep slot-major order across every
-        # head; long ones keep G heads' K/V hot in L2. A bijection of [0, H_q * seq_slots).
+        # L2 grouping, for sequences whose K/V (all kv heads) exceed L2_KV_BYTES: the sequence's
+        # (head, slot) CTAs, in the order the hardware hands them out (head fastest), are re-dealt
+        # group by group: G query heads (whole GQA groups) whose K/V fit in L2_KV_BYTES take all
+        # their slots, G heads per slot, before the next G heads start. A bijection of
+        # [0, H_q * seq_slots). Shorter sequences keep slot-major order over every head, with no
+        # arithmetic on the way to the first load.
         head_idx = head_x
+        token_bytes = (self.d_qk + self.d_v) * (self.dtype.width // 8)
         if slot >= 0:
             if slot < seq_slots:
-                ratio = num_heads // cute.size(tma_K.shape[2])  # H_kv: mode 2 of both (ragged TMA view, paged pool)
-                kv_bytes = Int64(cutlass.max(seqlen.len_k, 1)) * ((self.d_qk + self.d_v) * self.dtype.width // 8)
-                group = Int32(cutlass.min(Int64(L2_KV_BYTES) // kv_bytes, Int64(num_heads))) // ratio * ratio
-                group = cutlass.max(group, ratio)
-                rank = head_x + num_heads * slot
-                per_group = group * seq_slots
-                g = rank // per_group
-                rest = rank - g * per_group
-                heads_here = cutlass.min(group, num_heads - g * group)
-                slot = rest // heads_here
-                head_idx = g * group + rest - slot * heads_here
+                num_kv = cute.size(tma_K.shape[2])  # H_kv: mode 2 of both the ragged TMA view and a paged pool
+                if Int64(seqlen.len_k) * Int64(num_kv * token_bytes) > Int64(L2_KV_BYTES):
+                    ratio = num_heads // num_kv
+                    head_bytes = Float32(seqlen.len_k) * Float32(token_bytes)
+                    group = cutlass.max(Int32(Float32(L2_KV_BYTES) / head_bytes), 1) * ratio
+                    rank = head_x + num_heads * slot
+                    per_group = group * seq_slots
+                    g = rank // per_group
+                    rest = rank - g * per_group
+                    heads_here = cutlass.min(group, num_heads - g * group)
+                    slot = rest // heads_here
+                    head_idx = g * group + rest - slot * heads_here
         # Slot j < tiles_q is the (j+1)-th tile from the end; any other slot gets a tile index past
         # len_q (padded LSE rows only, when there are any), so each tile is visited exactly once.
         tiles_q = (seqlen.len_q + (self.tile_m - 1)) // self.tile_m
