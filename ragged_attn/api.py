@@ -99,7 +99,7 @@ def attention(
             bound = _FAST_PATHS.get(fast_key)
         except (TypeError, IndexError):  # an unhashable option or an empty window: the checked path names it
             bound = fast_key = None
-        if bound is not None and (max_seqlen_k is None or type(max_seqlen_k) is int):
+        if bound is not None and (max_seqlen_k is None or (type(max_seqlen_k) is int and 0 <= max_seqlen_k < 2**31)):
             result = bound.try_launch(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, None
             )
@@ -213,7 +213,7 @@ class Plan:
         Returns:
             out, or (out, lse) when the plan returns the LSE.
         """
-        if self._bound is not None:
+        if self._bound is not None and (max_seqlen_k is None or (type(max_seqlen_k) is int and 0 <= max_seqlen_k < 2**31)):
             result = self._bound.try_launch(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, lse
             )

@@ -82,7 +82,7 @@ class BoundKernel:
 
     def try_launch(self, q, k, v, cu_q, cu_k, max_q, seqused_q, seqused_k, page_table, out, lse):
         """Launch and return out or (out, lse); None when the checked path must take the call."""
-        if lse is not None or page_table is not None or type(max_q) is not int:
+        if lse is not None or page_table is not None or cu_k is None or type(max_q) is not int:
             return None
         try:  # unpacking checks the ranks; a non-tensor fails on .shape
             total_q, h_q, d_qk = q.shape

@@ -136,3 +136,25 @@ def test_default_scale_follows_each_calls_head_dim():
         b = dict(a, q=a["q"][..., :120], k=a["k"][..., :120])
         assert BoundKernel(rec, problem, default_scale).try_launch(**b) is not None
         assert rec.calls[0][14] == pytest.approx(want)
+
+
+@pytest.mark.parametrize("max_k", [-5, 2**31, 3.5, "30"])
+def test_bad_max_seqlen_k_never_takes_the_fast_path(max_k):
+    """max_seqlen_k is not a kernel argument, but the checked path rejects these: Plan.run and
+    attention must not launch them either (found by an adversarial pass)."""
+    from ragged_attn.api import Plan
+    from ragged_attn.backends import layout_class_for
+
+    a = base_arguments()
+    problem, _ = build_problem(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 30, causal=True)
+    rec = EntryModel()
+    plan = Plan(problem, "cute", layout_class_for(problem), {"causal": True}, BoundKernel(rec, problem, True))
+    with pytest.raises((TypeError, ValueError)):
+        plan.run(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, max_k)
+    assert rec.calls == []
+
+
+def test_missing_cu_seqlens_k_goes_to_the_checked_path():
+    bound, rec, a = _base_bound()
+    a["cu_k"] = None
+    assert bound.try_launch(**a) is None and rec.calls == []

@@ -233,3 +233,14 @@ def test_long_keys_split_heads_into_l2_groups(lens):
     want, want_lse = ragged_attn.attention(*args, **kwargs, return_lse=True, backend="reference")
     close(out, want, "out")
     close(lse, want_lse, "lse", atol=1e-2, rtol=0)
+
+
+def test_max_seqlen_q_at_the_int32_limit_runs_packed():
+    """A caller's "no known bound" of 2**31 - 1 must neither overflow the tile count nor make an
+    invalid grid: the kernel takes the packed grid (found by an adversarial pass)."""
+    a = base_arguments("cuda", seed=9)
+    out = torch.full((40, 8, 128), math.nan, dtype=torch.bfloat16, device="cuda")
+    ragged_attn.attention(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 2**31 - 1, causal=True, out=out)
+    want = ragged_attn.attention(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 2**31 - 1, causal=True,
+                                 backend="reference")  # fmt: skip
+    close(out, want, "out")
