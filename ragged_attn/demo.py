@@ -470,7 +470,10 @@ def _parser() -> argparse.ArgumentParser:
         "--min-tokens", type=int, default=5, help="shortest sentence, with [CLS]/[SEP] (default 5)"
     )
     p.add_argument("--max-tokens", type=int, default=128, help="longest sentence (default 128; <= 512)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto",
+        help="auto (default): cuda when torch sees a GPU, so the attention runs on the kernel; else cpu",
+    )  # fmt: skip
     p.add_argument(
         "--dtype", choices=("auto", "float32", "float16", "bfloat16"), default="auto",
         help="weights and activations (auto: float32 on cpu, float16 on cuda)",
@@ -499,7 +502,9 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("--device cuda but torch sees no CUDA device")
     if args.repeat < 0:
         raise ValueError(f"--repeat must be >= 0, got {args.repeat}")
-    device = torch.device(args.device)
+    device = torch.device(
+        args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    )
     dtype_name = args.dtype if args.dtype != "auto" else ("float32" if device.type == "cpu" else "float16")
     dtype = getattr(torch, dtype_name)
 
