@@ -157,9 +157,12 @@ def test_main_passes_and_prints_the_table(capsys):
     assert "PASS" in out
 
 
-def test_main_default_backend_runs_on_cpu(capsys):
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the default device is cuda where torch sees a GPU")
+def test_main_default_device_and_backend_run_on_cpu(capsys):
+    """--device auto (the default) is cpu without a GPU, and the reference backend serves it."""
     assert demo.main(["--sentences", "4", "--repeat", "0", "--seed", "5"]) == 0
-    assert "auto on CPU tensors" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "auto on CPU tensors" in out and "cpu / float32" in out
 
 
 def test_main_returns_2_on_a_bad_option(capsys):
