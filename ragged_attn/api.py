@@ -204,11 +204,15 @@ class Plan:
     ):
         """Run the planned call on new tensors of the same layout.
 
-        Arguments as `attention`. On the kernel, one fast predicate checks what can differ from
-        the plan (types, dtypes, ranks, device, head dims, alignment, int32 metadata, the kernel's
-        limits) and launches; if it fails, or the call passes an LSE buffer or empty tensors, the
-        full checks of `attention` run and raise the named ValueError/TypeError (or serve the call).
-        A call whose options would need another layout class is a ValueError.
+        Arguments as `attention`. On the kernel, a fast path checks what can differ from the plan
+        (the compiled TVM-FFI entry checks ranks, dtypes, devices, strides, alignment and shared
+        extents in C; a Python predicate checks the kernel's limits, H_q % H_kv, the class's head
+        dims, the plan's device and that a passed `out` overlaps nothing; fast_launch.py) and
+        launches, in about 10 us of host time on an H200. If a check fails, or the call passes an
+        LSE buffer, page_table or empty tensors, the full checks of `attention` run and raise the
+        named ValueError/TypeError (or serve the call); nothing is written before. softmax_scale
+        left to its default is 1/sqrt(d_qk) of each call's q. A call whose tensors need another
+        layout class is a ValueError.
 
         Returns:
             out, or (out, lse) when the plan returns the LSE.
