@@ -257,13 +257,18 @@ def plan(
 ) -> Plan:
     """Check a call once and bind it to its layout class (compiling the kernel now if needed).
 
-    Same arguments as `attention`; out/lse are not bound. Returns a `Plan` whose `run(...)` takes
-    tensors of the same layout with any shapes/lengths. Raises as `attention` does.
+    Same arguments as `attention`; out/lse are not bound, and seqused_q / seqused_k /
+    page_table only describe the planned call (a page_table makes it a paged plan): each
+    `run(...)` passes its own. Returns a `Plan` whose `run(...)` takes tensors of the same layout
+    with any shapes/lengths. Raises as `attention` does.
     """
     chk.choice("backend", backend, backends.BACKENDS)
     for name in ("out", "lse"):
         options.pop(name, None)
-    problem, _ = build_problem(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options)
+    per_call = {name: options.pop(name) for name in ("seqused_q", "seqused_k", "page_table") if name in options}
+    problem, _ = build_problem(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options, **per_call
+    )
     if _use_reference(problem, backend):
         return Plan(problem, backend, None, options)
     layout_class = backends.check_support(problem)

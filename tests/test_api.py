@@ -32,6 +32,21 @@ def test_plan_on_cpu_runs_new_shapes_like_attention():
     assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
 
 
+@pytest.mark.parametrize("extra", [dict(page_size=4, kv_layout="HND"), dict(q_gaps=True)], ids=["paged", "seqused"])
+def test_plan_with_per_call_tensors_runs_them_per_call(extra):
+    """page_table / seqused_* given to plan() describe the planned call; run() takes its own
+    (a newcomer found plan(..., page_table=...).run(...) raising "multiple values")."""
+    first = Case(54, [5, 9], [6, 9], 4, 2, 64, 64, dtype=torch.bfloat16, causal=True, **extra)
+    args, kwargs = first.make()
+    plan = ragged_attn.plan(*args, **kwargs)
+    other = Case(55, [3, 0, 11], [7, 2, 12], 4, 2, 64, 64, dtype=torch.bfloat16, causal=True, **extra)
+    args2, kwargs2 = other.make()
+    per_call = {name: kwargs2[name] for name in ("seqused_q", "seqused_k", "page_table") if name in kwargs2}
+    assert per_call, "the case should carry per-call tensors"
+    got = plan.run(*args2, **per_call)
+    assert torch.equal(got, ragged_attn.attention(*args2, **kwargs2))
+
+
 def test_cute_declines_cpu_tensors_naming_the_reason():
     case = Case(54, [4], [4], 2, 2, 64, 64, dtype=torch.float16)
     args, kwargs = case.make()

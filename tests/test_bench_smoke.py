@@ -92,3 +92,13 @@ def test_paged_inputs_match_ragged_lengths():
     assert inp.seqused_k.tolist() == list(w.k_lens)
     pages = [p for b, n in enumerate(w.k_lens) for p in inp.page_table[b, : -(-n // w.page_size)].tolist()]
     assert sorted(pages) == list(range(inp.k.shape[0])), "every page used exactly once"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU default of --ours-backend")
+def test_bench_defaults_run_on_a_cpu_machine(tmp_path):
+    """`python -m ragged_attn bench --suite smoke` with no backend flag works on a CPU box (a
+    newcomer found it crashing while plotting an all-"pending" log axis)."""
+    assert main(["--suite", "smoke", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "smoke.json").read_text())
+    assert all(row["systems"]["ragged_attn"]["status"] == "ok" for row in data["workloads"] if row["workload"]["timed"])
+    assert (tmp_path / "host_us.png").exists()

@@ -1,7 +1,7 @@
 """`python -m ragged_attn bench`: ragged_attn against FA4, cuDNN and torch on named workloads.
 
     python -m ragged_attn bench [--suite NAME ...] [--peers NAME ...] [--out DIR]
-                                [--ours-backend cute|reference] [--no-check] [--no-plots]
+                                [--ours-backend auto|cute|reference] [--no-check] [--no-plots]
     python -m ragged_attn bench merge PATH... [--out DIR]
 
 `bench` runs each suite in this process, writes `<suite>.json` per suite and then `report.md` and
@@ -49,8 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", nargs="+", action="extend", metavar="NAME",
                    help=f"systems to run (default: all: {' '.join(DEFAULT_PEERS)})")
     p.add_argument("--out", type=Path, help="report directory (default docs/benchmarks/<date>-<gpu>/)")
-    p.add_argument("--ours-backend", default="cute",
-                   help="backend= for ragged_attn.attention; 'reference' times the PyTorch reference")
+    p.add_argument("--ours-backend", default="auto",
+                   help="backend= for ragged_attn.attention (default auto: the kernel on CUDA, the "
+                        "PyTorch reference on CPU); 'cute' or 'reference' to force one")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--no-check", action="store_true", help="skip the reference spot check")
     p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")

@@ -191,7 +191,7 @@ def _bars(results, systems, key, xlabel, path, log=False):
         ax.invert_yaxis()
         ax.set_title(f"suite {r['suite']}", fontsize=10)
         ax.set_xlabel(xlabel)
-        if log:
+        if log and any(c.get_width() > 0 for c in ax.patches):  # a log axis needs a positive bar
             ax.set_xscale("log")
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=7, loc="best", framealpha=0.9)

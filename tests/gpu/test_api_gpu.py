@@ -244,3 +244,15 @@ def test_max_seqlen_q_at_the_int32_limit_runs_packed():
     want = ragged_attn.attention(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 2**31 - 1, causal=True,
                                  backend="reference")  # fmt: skip
     close(out, want, "out")
+
+
+def test_paged_plan_runs_new_page_tables():
+    """A plan made with a page_table runs later calls with their own page tables and lengths."""
+    first = Case(56, [5, 90], [60, 300], 8, 2, 128, 128, dtype=torch.bfloat16, causal=True, page_size=16)
+    args, kwargs = first.make("cuda")
+    plan = ragged_attn.plan(*args, **kwargs)
+    other = Case(57, [33, 1, 200], [40, 700, 200], 8, 2, 128, 128, dtype=torch.bfloat16, causal=True, page_size=16)
+    args2, kwargs2 = other.make("cuda")
+    got = plan.run(*args2, page_table=kwargs2["page_table"], seqused_k=kwargs2["seqused_k"])
+    want = ragged_attn.attention(*args2, **kwargs2, backend="reference")
+    close(got, want, "paged plan")
