@@ -346,6 +346,7 @@ class RaggedForwardSm90:
         slot = Int32(slot)
         batch_idx = Int32(batch_idx)
         seq_slots = Int32(num_y)  # slots of this CTA's sequence
+        has_tile = Int32(1)
         if packed != 0:
             slot = slot + Int32(num_y) * batch_idx
             # The last sequence whose first slot is <= slot: binary search over cu_seqlens_q.
@@ -361,170 +362,183 @@ class RaggedForwardSm90:
             batch_idx = lo
             first = Int32(mCuSeqlensQ[lo]) // self.tile_m + lo
             slot = slot - first  # may be < 0: no tile
+            next_start = Int32(mCuSeqlensQ[lo + 1])
             seq_slots = cute.size(mO.shape[0]) // self.tile_m + num_seqs - first
             if lo + 1 < num_seqs:
-                seq_slots = Int32(mCuSeqlensQ[lo + 1]) // self.tile_m + lo + 1 - first
-        if warp_idx == 0:
-            cpasync.prefetch_descriptor(tma_atom_Q)
-            if const_expr(not self.paged):
-                cpasync.prefetch_descriptor(tma_atom_K)
-                cpasync.prefetch_descriptor(tma_atom_V)
+                seq_slots = next_start // self.tile_m + lo + 1 - first
+            # Slots past the sequence's tiles hold nothing (no padded LSE in packed mode): such a
+            # CTA leaves before it sets up shared memory and barriers.
+            len_q = next_start - Int32(mCuSeqlensQ[lo])
+            if use_seqused_q != 0:
+                len_q = Int32(mSeqUsedQ[lo])
+            if slot < 0:
+                has_tile = Int32(0)
+            if slot * self.tile_m >= len_q:
+                has_tile = Int32(0)
+        if has_tile != 0:
+            if warp_idx == 0:
+                cpasync.prefetch_descriptor(tma_atom_Q)
+                if const_expr(not self.paged):
+                    cpasync.prefetch_descriptor(tma_atom_K)
+                    cpasync.prefetch_descriptor(tma_atom_V)
 
-        smem = cutlass.memory.SmemAllocator()
-        storage = smem.allocate(SharedStorage)
-        one_warp = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
-        # PipelineTmaAsync.consumer_release arrives once per consumer warp.
-        mma_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads // 32)
-        pipe_q = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_q.data_ptr(),
-            num_stages=1,
-            producer_group=one_warp,
-            consumer_group=mma_warps,
-            tx_count=self.bytes_q,
-            defer_sync=True,
-        )
-        if const_expr(self.paged):
-            # cp.async producers: every producer thread arrives (cp.async.mbarrier.arrive.noinc);
-            # PipelineCpAsync.consumer_release arrives from every consumer thread.
-            producer_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
-            mma_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
-            pipe_k = pipeline.PipelineCpAsync.create(
-                barrier_storage=storage.mbar_k.data_ptr(),
-                num_stages=self.num_stages,
-                producer_group=producer_threads,
-                consumer_group=mma_threads,
-                defer_sync=True,
-            )
-            pipe_v = pipeline.PipelineCpAsync.create(
-                barrier_storage=storage.mbar_v.data_ptr(),
-                num_stages=self.num_stages,
-                producer_group=producer_threads,
-                consumer_group=mma_threads,
-                defer_sync=True,
-            )
-        else:
-            pipe_k = pipeline.PipelineTmaAsync.create(
-                barrier_storage=storage.mbar_k.data_ptr(),
-                num_stages=self.num_stages,
+            smem = cutlass.memory.SmemAllocator()
+            storage = smem.allocate(SharedStorage)
+            one_warp = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+            # PipelineTmaAsync.consumer_release arrives once per consumer warp.
+            mma_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads // 32)
+            pipe_q = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.mbar_q.data_ptr(),
+                num_stages=1,
                 producer_group=one_warp,
                 consumer_group=mma_warps,
-                tx_count=self.bytes_k,
+                tx_count=self.bytes_q,
                 defer_sync=True,
             )
-            pipe_v = pipeline.PipelineTmaAsync.create(
-                barrier_storage=storage.mbar_v.data_ptr(),
-                num_stages=self.num_stages,
-                producer_group=one_warp,
-                consumer_group=mma_warps,
-                tx_count=self.bytes_v,
-                defer_sync=True,
-            )
-        pipeline.pipeline_init_arrive()
-
-        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
-        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-        if const_expr(self.o_aliases_q):  # written only after every MMA warpgroup is done with sQ
-            sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner, dtype=self.out_dtype)
-        else:
-            sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
-        # V^T view (d_v, tile_n, stages) for the B operand of O += P V.
-        sVt = cute.composition(
-            sV, cute.make_ordered_layout((self.d_v, self.tile_n, self.num_stages), order=(1, 0, 2))
-        )
-
-        seqlen = SeqlenInfo.create(
-            batch_idx, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k
-        )
-        # L2 grouping, for sequences with len_k * H_q * (d_qk + d_v) bytes > L2_KV_BYTES: the
-        # sequence's (head, slot) CTAs, in the order the hardware hands them out (head fastest), are
-        # re-dealt group by group: G query heads take all their slots, G heads per slot, before the
-        # next G heads start. G = L2_KV_BYTES / (one head's K/V bytes), counted in query heads as
-        # FlashAttention 3's LPT scheduler counts them, rounded down to whole GQA groups (at least
-        # one). A bijection of [0, H_q * seq_slots). Shorter sequences keep slot-major order over
-        # every head, with no arithmetic on the way to the first load. Measured on an H200,
-        # 2026-11-30 (d128 causal, GPU-only TFLOP/s): 2 x 8192 at 64/8 heads 593 -> 615 with groups
-        # of 8 heads; DeepSeek 1 x 16384 (128/128, d 192/128) 502 -> 663; short batches unchanged.
-        head_idx = head_x
-        token_bytes = (self.d_qk + self.d_v) * (self.dtype.width // 8)
-        if slot >= 0:
-            if slot < seq_slots:
-                if Int64(seqlen.len_k) * Int64(num_heads * token_bytes) > Int64(L2_KV_BYTES):
-                    ratio = num_heads // cute.size(tma_K.shape[2])  # H_kv: mode 2 of the TMA view / pool
-                    head_bytes = Float32(seqlen.len_k) * Float32(token_bytes)
-                    group = cutlass.max(Int32(Float32(L2_KV_BYTES) / head_bytes) // ratio, 1) * ratio
-                    rank = head_x + num_heads * slot
-                    per_group = group * seq_slots
-                    g = rank // per_group
-                    rest = rank - g * per_group
-                    heads_here = cutlass.min(group, num_heads - g * group)
-                    slot = rest // heads_here
-                    head_idx = g * group + rest - slot * heads_here
-        # Slot j < tiles_q is the (j+1)-th tile from the end; any other slot gets a tile index past
-        # len_q (padded LSE rows only, when there are any), so each tile is visited exactly once.
-        tiles_q = (seqlen.len_q + (self.tile_m - 1)) // self.tile_m
-        m_block = slot
-        if slot < tiles_q:
-            m_block = tiles_q - 1 - slot
-        off = Int32(0)
-        if const_expr(self.has_right):
-            if bottom_right != 0:
-                off = seqlen.len_k - seqlen.len_q
-        left = Int32(UNBOUNDED)
-        right = Int32(0)
-        if const_expr(self.mask == "window"):
-            if window_left >= 0:
-                left = window_left
-            right = Int32(UNBOUNDED)
-            if window_right >= 0:
-                right = window_right
-        block_info = BlockInfo(
-            self.tile_m,
-            self.tile_n,
-            self.has_left,
-            self.has_right,
-            m_block,
-            seqlen.len_q,
-            seqlen.len_k,
-            off,
-            left,
-            right,
-        )
-        tile_valid = m_block * self.tile_m < seqlen.len_q
-        pipeline.pipeline_init_wait()
-
-        if warp_idx < 4:
-            cute.arch.setmaxregister_decrease(self.producer_regs)
             if const_expr(self.paged):
-                if tile_valid:
-                    self.load_paged(
-                        tma_Q, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
-                        pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx, batch_idx, warp_idx,
-                    )
-            else:
-                if warp_idx == 0:
-                    if tile_valid:
-                        self.load(
-                            tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
-                            pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx,
-                        )
-        else:
-            cute.arch.setmaxregister_increase(self.mma_regs)
-            tidx = cute.arch.thread_idx()[0] - 128
-            if tile_valid:
-                self.mma(
-                    tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, sQ, sK, sVt, sO, mO, mLSE,
-                    pipe_q, pipe_k, pipe_v, seqlen, block_info, tidx, m_block, head_idx, batch_idx,
-                    scale_log2, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
+                # cp.async producers: every producer thread arrives (cp.async.mbarrier.arrive.noinc);
+                # PipelineCpAsync.consumer_release arrives from every consumer thread.
+                producer_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
+                mma_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
+                pipe_k = pipeline.PipelineCpAsync.create(
+                    barrier_storage=storage.mbar_k.data_ptr(),
+                    num_stages=self.num_stages,
+                    producer_group=producer_threads,
+                    consumer_group=mma_threads,
+                    defer_sync=True,
+                )
+                pipe_v = pipeline.PipelineCpAsync.create(
+                    barrier_storage=storage.mbar_v.data_ptr(),
+                    num_stages=self.num_stages,
+                    producer_group=producer_threads,
+                    consumer_group=mma_threads,
+                    defer_sync=True,
                 )
             else:
-                if const_expr(self.has_lse):
-                    # Padded LSE rows of a tile past len_q: only -inf to write.
-                    if tidx < self.tile_m:
-                        row = m_block * self.tile_m + tidx
-                        if row < lse_s_max:
-                            idx = lse_index(seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
-                            mLSE[idx] = -Float32.inf
+                pipe_k = pipeline.PipelineTmaAsync.create(
+                    barrier_storage=storage.mbar_k.data_ptr(),
+                    num_stages=self.num_stages,
+                    producer_group=one_warp,
+                    consumer_group=mma_warps,
+                    tx_count=self.bytes_k,
+                    defer_sync=True,
+                )
+                pipe_v = pipeline.PipelineTmaAsync.create(
+                    barrier_storage=storage.mbar_v.data_ptr(),
+                    num_stages=self.num_stages,
+                    producer_group=one_warp,
+                    consumer_group=mma_warps,
+                    tx_count=self.bytes_v,
+                    defer_sync=True,
+                )
+            pipeline.pipeline_init_arrive()
+
+            sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+            sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+            sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+            if const_expr(self.o_aliases_q):  # written only after every MMA warpgroup is done with sQ
+                sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner, dtype=self.out_dtype)
+            else:
+                sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
+            # V^T view (d_v, tile_n, stages) for the B operand of O += P V.
+            sVt = cute.composition(
+                sV, cute.make_ordered_layout((self.d_v, self.tile_n, self.num_stages), order=(1, 0, 2))
+            )
+
+            seqlen = SeqlenInfo.create(
+                batch_idx, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k
+            )
+            # L2 grouping, for sequences with len_k * H_q * (d_qk + d_v) bytes > L2_KV_BYTES: the
+            # sequence's (head, slot) CTAs, in the order the hardware hands them out (head fastest), are
+            # re-dealt group by group: G query heads take all their tiles, G heads per slot, before the
+            # next G heads start. G = L2_KV_BYTES / (one head's K/V bytes), counted in query heads as
+            # FlashAttention 3's LPT scheduler counts them, rounded down to whole GQA groups (at least
+            # one). A bijection of the tile-holding CTAs [0, H_q * tiles_q); slots past tiles_q keep
+            # their place (so a packed CTA knows it is idle from cu_seqlens_q alone). Shorter
+            # sequences keep slot-major order over every head, with no arithmetic on the way to the
+            # first load. Measured on an H200,
+            # 2026-11-30 (d128 causal, GPU-only TFLOP/s): 2 x 8192 at 64/8 heads 593 -> 615 with groups
+            # of 8 heads; DeepSeek 1 x 16384 (128/128, d 192/128) 502 -> 663; short batches unchanged.
+            head_idx = head_x
+            token_bytes = (self.d_qk + self.d_v) * (self.dtype.width // 8)
+            tiles_q = (seqlen.len_q + (self.tile_m - 1)) // self.tile_m
+            if slot >= 0:
+                if slot < tiles_q:
+                    if Int64(seqlen.len_k) * Int64(num_heads * token_bytes) > Int64(L2_KV_BYTES):
+                        ratio = num_heads // cute.size(tma_K.shape[2])  # H_kv: mode 2 of the TMA view / pool
+                        head_bytes = Float32(seqlen.len_k) * Float32(token_bytes)
+                        group = cutlass.max(Int32(Float32(L2_KV_BYTES) / head_bytes) // ratio, 1) * ratio
+                        rank = head_x + num_heads * slot
+                        per_group = group * tiles_q
+                        g = rank // per_group
+                        rest = rank - g * per_group
+                        heads_here = cutlass.min(group, num_heads - g * group)
+                        slot = rest // heads_here
+                        head_idx = g * group + rest - slot * heads_here
+            # Slot j < tiles_q is the (j+1)-th tile from the end; any other slot gets a tile index past
+            # len_q (padded LSE rows only, when there are any), so each tile is visited exactly once.
+            m_block = slot
+            if slot < tiles_q:
+                m_block = tiles_q - 1 - slot
+            off = Int32(0)
+            if const_expr(self.has_right):
+                if bottom_right != 0:
+                    off = seqlen.len_k - seqlen.len_q
+            left = Int32(UNBOUNDED)
+            right = Int32(0)
+            if const_expr(self.mask == "window"):
+                if window_left >= 0:
+                    left = window_left
+                right = Int32(UNBOUNDED)
+                if window_right >= 0:
+                    right = window_right
+            block_info = BlockInfo(
+                self.tile_m,
+                self.tile_n,
+                self.has_left,
+                self.has_right,
+                m_block,
+                seqlen.len_q,
+                seqlen.len_k,
+                off,
+                left,
+                right,
+            )
+            tile_valid = m_block * self.tile_m < seqlen.len_q
+            pipeline.pipeline_init_wait()
+
+            if warp_idx < 4:
+                cute.arch.setmaxregister_decrease(self.producer_regs)
+                if const_expr(self.paged):
+                    if tile_valid:
+                        self.load_paged(
+                            tma_Q, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
+                            pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx, batch_idx, warp_idx,
+                        )
+                else:
+                    if warp_idx == 0:
+                        if tile_valid:
+                            self.load(
+                                tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
+                                pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx,
+                            )
+            else:
+                cute.arch.setmaxregister_increase(self.mma_regs)
+                tidx = cute.arch.thread_idx()[0] - 128
+                if tile_valid:
+                    self.mma(
+                        tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, sQ, sK, sVt, sO, mO, mLSE,
+                        pipe_q, pipe_k, pipe_v, seqlen, block_info, tidx, m_block, head_idx, batch_idx,
+                        scale_log2, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
+                    )
+                else:
+                    if const_expr(self.has_lse):
+                        # Padded LSE rows of a tile past len_q: only -inf to write.
+                        if tidx < self.tile_m:
+                            row = m_block * self.tile_m + tidx
+                            if row < lse_s_max:
+                                idx = lse_index(seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
+                                mLSE[idx] = -Float32.inf
 
     # ------------------------------------------------------------------ producer warp
     @cute.jit
