@@ -11,8 +11,10 @@ Structure (one CTA = one (m_block, query head, sequence) tile; FA4's Hopper forw
   slots each, grid (H_q, tiles_max, B)) or packed (total_q // tile_m + B slots in all, sequence b
   from cu_seqlens_q[b] // tile_m + b on, found by binary search), whichever has fewer slots; packed
   only without a padded LSE. Heads vary fastest and a sequence's slots run from its last tile
-  down: the costliest causal tiles start first and the cheap first tiles fill the tail. A tile
-  past len_q computes nothing; it only writes -inf into padded LSE rows [len_q, lse_s_max).
+  down: the costliest causal tiles start first and the cheap first tiles fill the tail. Long
+  sequences (K/V of all heads > 32 MiB) deal their tiles out in L2 groups of query heads. An idle
+  packed CTA leaves right after the search; a per-sequence tile past len_q computes nothing and
+  only writes -inf into padded LSE rows [len_q, lse_s_max).
 - Non-packed GQA: query head h reads key/value head h // (H_q // H_kv), the ratio read from the
   tensor extents at run time.
 - Every number is run time (lengths, heads, strides, scale, window, alignment, LSE addressing,
