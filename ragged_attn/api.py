@@ -99,10 +99,11 @@ def attention(
             bound = _FAST_PATHS.get(fast_key)
         except (TypeError, IndexError):  # an unhashable option or an empty window: the checked path names it
             bound = fast_key = None
-        if bound is not None and (max_seqlen_k is None or (type(max_seqlen_k) is int and 0 <= max_seqlen_k < 2**31)):
+        if bound is not None:
             result = bound.try_launch(
-                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, None
-            )
+                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, None,
+                max_seqlen_k,
+            )  # fmt: skip
             if result is not None:
                 return result
     chk.choice("backend", backend, backends.BACKENDS)
@@ -217,10 +218,11 @@ class Plan:
         Returns:
             out, or (out, lse) when the plan returns the LSE.
         """
-        if self._bound is not None and (max_seqlen_k is None or (type(max_seqlen_k) is int and 0 <= max_seqlen_k < 2**31)):
+        if self._bound is not None:
             result = self._bound.try_launch(
-                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, lse
-            )
+                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, lse,
+                max_seqlen_k,
+            )  # fmt: skip
             if result is not None:
                 return result
         if self.layout_class is None:

@@ -45,7 +45,6 @@ class BoundKernel:
         "_compiled",
         "_device",
         "_dims",
-        "_dtype",
         "_lse_layout",
         "_lse_scale",
         "_options",
@@ -62,7 +61,6 @@ class BoundKernel:
                 f"({sm90.COMPILED_ARGS}); update _ARG_ORDER and try_launch together"
             )
         self._compiled = compiled
-        self._dtype = problem.dtype
         device = problem.device  # compared with Tensor.get_device(): -1 for the CPU
         if device.type == "cuda":
             self._device = device.index if device.index is not None else torch.cuda.current_device()
@@ -80,9 +78,13 @@ class BoundKernel:
         self._lse_layout = problem.lse_layout
         self._lse_scale = 1.0 if problem.lse_base == "log2" else _LN2
 
-    def try_launch(self, q, k, v, cu_q, cu_k, max_q, seqused_q, seqused_k, page_table, out, lse):
-        """Launch and return out or (out, lse); None when the checked path must take the call."""
+    def try_launch(self, q, k, v, cu_q, cu_k, max_q, seqused_q, seqused_k, page_table, out, lse, max_k=None):
+        """Launch and return out or (out, lse); None when the checked path must take the call.
+        max_k (max_seqlen_k) sizes nothing here; a value the checked path rejects still sends the
+        call there."""
         if lse is not None or page_table is not None or cu_k is None or type(max_q) is not int:
+            return None
+        if max_k is not None and not (type(max_k) is int and 0 <= max_k < 2**31):
             return None
         try:  # unpacking checks the ranks; a non-tensor fails on .shape
             total_q, h_q, d_qk = q.shape
@@ -133,7 +135,7 @@ class BoundKernel:
         scale, left, right, bottom_right = self._options
         if scale is None:
             scale = d_qk**-0.5
-        if not self._return_lse:
+        if not self._return_lse:  # the common call, spelled out: one shared call site costs ~0.3 us
             if out is None:  # the kernels write q's dtype (check_support); new_empty parses least
                 out = q.new_empty((total_q, h_q, d_v))
                 if flag_q:

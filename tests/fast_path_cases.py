@@ -71,6 +71,8 @@ PREDICATE_MUTATIONS = {
     "max-q-zero": lambda a: a.update(max_q=0),
     "max-q-float": lambda a: a.update(max_q=30.0),
     "max-q-bool": lambda a: a.update(max_q=True),
+    "max-k-negative": lambda a: a.update(max_k=-5),
+    "max-k-above-int32": lambda a: a.update(max_k=2**31),
     "lse-buffer": lambda a: a.update(lse=torch.empty(8, 40, device=a["q"].device)),
     "empty-q": lambda a: a.update(q=a["q"][:0]),
     "empty-k": lambda a: a.update(k=a["k"][:0], v=a["v"][:0]),
