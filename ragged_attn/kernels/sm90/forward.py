@@ -347,7 +347,6 @@ class RaggedForwardSm90:
         num_heads = Int32(num_heads)
         slot = Int32(slot)
         batch_idx = Int32(batch_idx)
-        seq_slots = Int32(num_y)  # slots of this CTA's sequence
         has_tile = Int32(1)
         if packed != 0:
             slot = slot + Int32(num_y) * batch_idx
@@ -362,15 +361,11 @@ class RaggedForwardSm90:
                 else:
                     hi = mid - 1
             batch_idx = lo
-            first = Int32(mCuSeqlensQ[lo]) // self.tile_m + lo
-            slot = slot - first  # may be < 0: no tile
-            next_start = Int32(mCuSeqlensQ[lo + 1])
-            seq_slots = cute.size(mO.shape[0]) // self.tile_m + num_seqs - first
-            if lo + 1 < num_seqs:
-                seq_slots = next_start // self.tile_m + lo + 1 - first
+            start = Int32(mCuSeqlensQ[lo])
+            slot = slot - (start // self.tile_m + lo)  # may be < 0: no tile
             # Slots past the sequence's tiles hold nothing (no padded LSE in packed mode): such a
             # CTA leaves before it sets up shared memory and barriers.
-            len_q = next_start - Int32(mCuSeqlensQ[lo])
+            len_q = Int32(mCuSeqlensQ[lo + 1]) - start
             if use_seqused_q != 0:
                 len_q = Int32(mSeqUsedQ[lo])
             if slot < 0:
