@@ -8,14 +8,25 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pytest
 import torch
 
 pytest.importorskip("ragged_attn.reference")
 
-from ragged_attn.bench import main
-from ragged_attn.bench.workloads import SUITES, Workload, allowed_pairs, make_inputs, suite
+from ragged_attn.bench import DEFAULT_PEERS, main
+from ragged_attn.bench.peers import FA3, Unsupported, make_systems
+from ragged_attn.bench.workloads import (
+    MODELS,
+    SUITES,
+    Model,
+    Workload,
+    allowed_pairs,
+    make_inputs,
+    suite,
+    uniform_lengths_until,
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +59,7 @@ def test_bench_numbers_are_sane(smoke_run, name):
     w = row["workload"]
     assert math.isclose(ours["tflops"], w["flops"] / (ours["median_ms"] * 1e-3) / 1e12, rel_tol=1e-9)
     assert ours["max_err"] <= 2e-2, f"{name}: reference vs itself differs by {ours['max_err']}"
-    for peer in ("fa4", "cudnn", "torch-varlen", "sdpa-cudnn"):
+    for peer in ("fa4", "fa3", "cudnn", "torch-varlen", "sdpa-cudnn"):
         rec = row["systems"][peer]
         assert rec["status"] == "n/a" and rec["reason"], f"{name}: {peer} on CPU should be n/a, got {rec}"
 
@@ -102,3 +113,58 @@ def test_bench_defaults_run_on_a_cpu_machine(tmp_path):
     data = json.loads((tmp_path / "smoke.json").read_text())
     assert all(row["systems"]["ragged_attn"]["status"] == "ok" for row in data["workloads"] if row["workload"]["timed"])
     assert (tmp_path / "host_us.png").exists()
+
+
+def test_uniform14_rule_gives_14_sequences_of_16879_tokens():
+    """Suite issue10's mix: torch.Generator().manual_seed(1), randint(64, 2048) one length at a
+    time until the sum reaches 16384."""
+    lens = uniform_lengths_until(16384)
+    assert len(lens) == 14 and sum(lens) == 16879, lens
+    assert all(64 <= n < 2048 for n in lens), lens
+    assert sum(lens[:-1]) < 16384 <= sum(lens), "stops at the length that crosses 16384"
+
+
+def test_issue10_suite_rows():
+    big, small = MODELS["llama3-70b"], MODELS["llama3-8b"]
+    d64 = Model("llama3-8b-d64", 32, 8, 64, 64)
+    uni = uniform_lengths_until(16384)
+    want = [  # (model, lengths, causal)
+        (big, (8192,) * 2, True),
+        (big, (8192,) * 2, False),
+        (small, uni, True),
+        (d64, uni, True),
+        (small, (256,) * 16, True),
+        (small, (512,) * 4, True),
+        (small, (128,) * 64, True),
+    ]
+    got = suite("issue10")
+    assert [(w.model, w.q_lens, w.causal) for w in got] == want
+    for w in got:
+        assert w.k_lens == w.q_lens and w.page_size is None and w.dtype == "bf16" and w.timed, w
+    assert (big.h_q, big.h_kv, big.d_qk, big.d_v) == (64, 8, 128, 128)
+    assert (small.h_q, small.h_kv, small.d_qk, small.d_v) == (32, 8, 128, 128)
+    assert len({w.name for w in got}) == len(got), "workload names are unique"
+
+
+def test_fa3_is_a_default_peer():
+    assert "fa3" in DEFAULT_PEERS
+    assert [s.name for s in make_systems(["fa3"], "reference")] == ["fa3"]
+
+
+def test_fa3_unavailable_when_its_module_does_not_import(monkeypatch):
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", None)  # import raises ImportError
+    fa3 = FA3()
+    why = fa3.availability(torch.device("cuda"))  # a device object needs no GPU
+    assert why and why.startswith("not installed"), why
+    assert fa3.availability(torch.device("cpu")) == "needs CUDA"
+    assert set(fa3.versions()) == {"fa3-fwd"}
+
+
+@pytest.mark.parametrize("kind", ["fp16", "paged"])
+def test_fa3_declines_what_its_build_lacks(monkeypatch, kind):
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", None)  # declines before importing the wheel
+    w = next(w for w in suite("smoke") if (w.page_size is not None) == (kind == "paged"))
+    if kind == "fp16":
+        w = Workload(w.name, w.model, w.q_lens, w.k_lens, w.causal, dtype="fp16")
+    with pytest.raises(Unsupported, match="fp16" if kind == "fp16" else "paged"):
+        FA3().bind(w, make_inputs(w, torch.device("cpu"), 0))

@@ -1,4 +1,4 @@
-"""`python -m ragged_attn bench`: ragged_attn against FA4, cuDNN and torch on named workloads.
+"""`python -m ragged_attn bench`: ragged_attn against FA4, FA3, cuDNN and torch on named workloads.
 
     python -m ragged_attn bench [--suite NAME ...] [--peers NAME ...] [--out DIR]
                                 [--ours-backend auto|cute|reference] [--no-check] [--no-plots]
@@ -25,7 +25,7 @@ from .workloads import SUITES
 
 __all__ = ["main"]
 
-DEFAULT_PEERS = ["ragged_attn", "fa4", "cudnn", "torch-varlen", "sdpa-cudnn"]
+DEFAULT_PEERS = ["ragged_attn", "fa4", "fa3", "cudnn", "torch-varlen", "sdpa-cudnn"]
 
 
 def _gpu_slug(device) -> str:

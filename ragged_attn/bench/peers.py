@@ -10,7 +10,9 @@ K/V heads, happens here, outside the timed call) and a function that turns its o
 Peer facts (DESIGN.md, measured on our H200 2026-11-30): FA4's compile cache is the dict
 `flash_attn.cute.interface._flash_attn_fwd.compile_cache.cache`; cuDNN frontend 1.32 ranks its
 python engines with cuDNN's library plans in one list, so the harness pins the first library plan
-on sm_90; torch 2.11's `varlen_attn` has no GQA, so K/V heads are expanded before timing.
+on sm_90; torch 2.11's `varlen_attn` has no GQA, so K/V heads are expanded before timing. FA3
+(the `fa3-fwd` 0.0.3 wheel, installed on the device by shared/device/README.md's call 3) is built
+bf16-only, without paged KV and without windows (its fa3_fwd_config.CONFIG).
 """
 
 from __future__ import annotations
@@ -163,6 +165,46 @@ class FA4(System):
         else:
             kw.update(page_table=inp.page_table, seqused_k=inp.seqused_k)
         return (lambda: flash_attn_varlen_func(inp.q, inp.k, inp.v, **kw)), _first
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class FA3(System):
+    """`fa3_fwd_interface.flash_attn_varlen_func` (FlashAttention 3, Hopper, ahead-of-time CUDA):
+    the `fa3-fwd` wheel, FA3's hopper/flash_attn_interface.py forward repackaged.
+
+    Its build (fa3_fwd_config.CONFIG) disables fp16, paged KV and local (window) attention, so
+    those decline here; no bench workload carries a window, so only dtype and paged KV are checked.
+    GQA is native (no K/V expansion); causal is bottom-right like ours; softmax_scale defaults to
+    d_qk ** -0.5; num_splits and pack_gqa stay at the interface's defaults (1, heuristic), as a
+    caller of `flash_attn_varlen_func` gets them. It returns `out` (`(out, lse)` only with
+    return_attn_probs=True). Kernels are compiled into the wheel: nothing compiles at run time.
+    """
+
+    name = "fa3"
+
+    def availability(self, device):
+        if device.type != "cuda":
+            return "needs CUDA"
+        try:
+            import fa3_fwd_interface  # noqa: F401
+        except Exception as e:  # noqa: BLE001 - any import failure (no wheel, CUDA mismatch) means absent
+            return f"not installed ({type(e).__name__}: {e})"
+        return None
+
+    def versions(self):
+        return {"fa3-fwd": _version("fa3-fwd") or "?"}
+
+    def bind(self, w, inp):
+        if w.dtype != "bf16":
+            raise Unsupported(f"{w.dtype}: the fa3-fwd wheel is bf16-only (FLASHATTENTION_DISABLE_FP16)")
+        if inp.page_table is not None:
+            raise Unsupported("paged KV: not in the fa3-fwd wheel (FLASHATTENTION_DISABLE_PAGEDKV)")
+        from fa3_fwd_interface import flash_attn_varlen_func
+
+        args = (inp.q, inp.k, inp.v, inp.cu_seqlens_q, inp.cu_seqlens_k, inp.max_seqlen_q, inp.max_seqlen_k)
+        return (lambda: flash_attn_varlen_func(*args, causal=w.causal)), _first
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,6 +473,7 @@ class SdpaCudnnPadded(System):
 SYSTEMS = {
     "ragged_attn": RaggedAttn,
     "fa4": FA4,
+    "fa3": FA3,
     "cudnn": CudnnTHD,
     "torch-varlen": TorchVarlen,
     "sdpa-cudnn": SdpaCudnnPadded,

@@ -12,9 +12,9 @@ import json
 import os
 from pathlib import Path
 
-SYSTEM_ORDER = ["ragged_attn", "fa4", "cudnn", "torch-varlen", "sdpa-cudnn"]
-COLORS = {"ragged_attn": "#d62728", "fa4": "#1f77b4", "cudnn": "#2ca02c", "torch-varlen": "#ff7f0e",
-          "sdpa-cudnn": "#9467bd"}
+SYSTEM_ORDER = ["ragged_attn", "fa4", "fa3", "cudnn", "torch-varlen", "sdpa-cudnn"]
+COLORS = {"ragged_attn": "#d62728", "fa4": "#1f77b4", "fa3": "#17becf", "cudnn": "#2ca02c",
+          "torch-varlen": "#ff7f0e", "sdpa-cudnn": "#9467bd"}
 
 
 def write_suite_json(path: Path, env: dict, command: str, result: dict) -> None:

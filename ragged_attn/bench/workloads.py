@@ -17,6 +17,10 @@ Suites
   H_q 4, d 128, causal and not): 144 paged shapes; per-sequence lengths q in [1, s_qo],
   kv in [s_qo, s_kv] drawn with seed 1 per shape as that test does. Every shape runs once (so
   compiles and graph builds count over all 144); FLASHINFER_TIMED_EVERY-th shape is timed.
+- `issue10`: bf16, d128 unless said: Llama-3-70B heads (64/8) at 2 x 8192 causal and full;
+  Llama-3-8B heads (32/8) over `uniform14` (lengths uniform in [64, 2048), drawn one at a time with
+  seed ISSUE10_SEED until they sum to >= 16384: 14 sequences, 16,879 tokens), the same at d64, and
+  16 x 256, 4 x 512, 64 x 128 (all causal).
 - `smoke`: two tiny mixes for the CPU smoke test in CI.
 """
 
@@ -49,6 +53,7 @@ LONGTAIL_SEED = 20261130  # the 14-sequence long-tail mix
 PAGE_SEED = 7  # the order pages are handed out in paged pools
 FLASHINFER_SEED = 1  # FlashInfer's test: torch.manual_seed(1) before drawing lengths
 FLASHINFER_TIMED_EVERY = 12  # shapes 0, 12, 24, ... of the 144 are timed (12 shapes)
+ISSUE10_SEED = 1  # the `uniform14` mix of suite issue10
 
 
 def longtail_lengths(n: int = 14, lo: int = 64, hi: int = 2048, seed: int = LONGTAIL_SEED) -> tuple[int, ...]:
@@ -56,6 +61,18 @@ def longtail_lengths(n: int = 14, lo: int = 64, hi: int = 2048, seed: int = LONG
     g = torch.Generator().manual_seed(seed)
     u = torch.rand(n, generator=g, dtype=torch.float64)
     return tuple(round(math.exp(math.log(lo) + float(x) * (math.log(hi) - math.log(lo)))) for x in u)
+
+
+def uniform_lengths_until(total: int, lo: int = 64, hi: int = 2048,
+                          seed: int = ISSUE10_SEED) -> tuple[int, ...]:
+    """Lengths uniform in [lo, hi), drawn one at a time from a private generator until their sum
+    reaches `total` (the last one crosses it): 14 sequences, 16,879 tokens for the defaults and
+    total 16384 (the `uniform14` mix)."""
+    g = torch.Generator().manual_seed(seed)
+    lens: list[int] = []
+    while sum(lens) < total:
+        lens.append(int(torch.randint(lo, hi, (1,), generator=g)))
+    return tuple(lens)
 
 
 # name -> sequence lengths (q and k alike: prefill of whole prompts)
@@ -171,6 +188,19 @@ def _smoke() -> list[Workload]:
     ]
 
 
+def _issue10() -> list[Workload]:
+    big, small = MODELS["llama3-70b"], MODELS["llama3-8b"]
+    small_d64 = Model("llama3-8b-d64", small.h_q, small.h_kv, 64, 64)
+    uniform = uniform_lengths_until(16384)
+    rows = [Workload(f"{big.name}/2x8192", big, (8192,) * 2, (8192,) * 2, True),
+            Workload(f"{big.name}/2x8192-full", big, (8192,) * 2, (8192,) * 2, False)]
+    rows += [Workload(f"{m.name}/uniform{len(uniform)}", m, uniform, uniform, True)
+             for m in (small, small_d64)]
+    rows += [Workload(f"{small.name}/{dist}", small, DISTRIBUTIONS[dist], DISTRIBUTIONS[dist], True)
+             for dist in ("16x256", "4x512", "64x128")]
+    return rows
+
+
 SUITES = {
     "serving": lambda: _serving("serving", True),
     "serving-full": lambda: _serving("serving-full", False),
@@ -180,6 +210,7 @@ SUITES = {
     ],
     "paged": lambda: _serving("paged", True, 16) + _serving("paged", True, 64),
     "flashinfer-cudnn": _flashinfer_cudnn,
+    "issue10": _issue10,
     "smoke": _smoke,
 }
 
