@@ -25,13 +25,14 @@ import torch
 
 from .backends import MAX_BATCH, MAX_HEADS, MAX_PADDED_LSE_ROWS, MAX_TOKENS
 from .layout_class import head_dim_class
+from .kernels.sm90.launch import tile_counter
 from .problem import Problem
 
 _ARG_ORDER = (
     "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
     "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
-    "lse_scale", "page_table",
+    "lse_scale", "num_ctas", "tile_counter", "page_table",
 )  # fmt: skip
 _INT32 = torch.int32
 _F32 = torch.float32
@@ -47,6 +48,7 @@ class BoundKernel:
         "_dims",
         "_lse_layout",
         "_lse_scale",
+        "_num_ctas",
         "_options",
         "_return_lse",
     )  # fmt: skip
@@ -64,8 +66,10 @@ class BoundKernel:
         device = problem.device  # compared with Tensor.get_device(): -1 for the CPU
         if device.type == "cuda":
             self._device = device.index if device.index is not None else torch.cuda.current_device()
+            self._num_ctas = sm90.sm_count(torch.device("cuda", self._device))
         else:
             self._device = -1
+            self._num_ctas = 1
         # Every (d_qk, d_v) this class serves (its envelope): the checked path would pick it too.
         own = head_dim_class(problem.d_qk, problem.d_v)
         self._dims = frozenset(
@@ -143,7 +147,7 @@ class BoundKernel:
             try:
                 self._compiled(
                     q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
-                    scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, None,
+                    scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), None,
                 )  # fmt: skip
             except (ValueError, TypeError):  # the TVM-FFI entry's checks, before any launch
                 return None
@@ -169,7 +173,7 @@ class BoundKernel:
         try:
             self._compiled(
                 q, k, v, out, lse.view(-1), cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, s_max,
-                scale, left, right, bottom_right, *strides, self._lse_scale, None,
+                scale, left, right, bottom_right, *strides, self._lse_scale, self._num_ctas, tile_counter(q), None,
             )  # fmt: skip
         except (ValueError, TypeError):  # the TVM-FFI entry's checks (before any launch): the checked path names it
             return None

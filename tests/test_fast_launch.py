@@ -62,6 +62,8 @@ def test_arguments_in_kernel_order_with_padded_lse():
     assert args[9:14] == (0, 0, 2, 30, 30)  # flags, batch, max_seqlen_q, lse_s_max
     assert args[14:18] == (0.5, -1, 0, 0)  # scale, window (causal right = 0), top-left
     assert args[18:22] == (30 * 8, 0, 8, 1) and args[22] == 1.0
+    assert args[23] == 1 and args[24].dtype == torch.int32 and args[24].tolist() == [0]  # CTAs, tile counter
+    assert args[25] is None  # page_table
     assert lse.shape == (2, 30, 8) and args[4].data_ptr() == lse.data_ptr()
 
 

@@ -281,6 +281,16 @@ NAMED = {
     "padded_smax_beyond_grid": _base(lens_q=[10, 20], lens_k=[30, 200], lse="padded", s_extra=400),
     "log2_base": _base(lens_q=[100], lens_k=[300], log2=True, lse="head"),
     "scale_large": _base(lens_q=[100], lens_k=[300], scale=0.5, mask="none"),
+    # Persistent CTAs (one per SM) taking tens of tiles each from the tile counter, with empty
+    # sequences, tiles without rows (padded LSE) and the static stride of the paged class's twin.
+    "many_tiles_per_cta": _base(lens_q=[(i * 37) % 300 for i in range(200)],
+                                lens_k=[(i * 53) % 400 for i in range(200)], hq=16, hkv=4),
+    "many_tiles_padded_lse": _base(lens_q=[(i * 53) % 260 for i in range(150)],
+                                   lens_k=[(i * 53) % 260 for i in range(150)], hq=8, hkv=8, lse="padded",
+                                   s_extra=200),
+    "many_tiles_window_seqused": _base(lens_q=[(i * 29) % 200 for i in range(120)],
+                                       lens_k=[(i * 31) % 700 for i in range(120)], hq=12, hkv=3,
+                                       mask="window", left=90, right=10, seqused=True, lse="head"),
 }
 
 
@@ -441,3 +451,44 @@ def test_cuda_graph_replay_new_lengths():
         )
         tq = new_q[-1]
         check(out[:tq], lse[:tq], ref_o, ref_lse, "token", new_q, lens_q, 0, False, B, hq)
+
+
+def test_streams_side_by_side_and_tile_counter_left_zero():
+    """Launches on two streams at once (each stream its own tile counter), tile counts changing from
+    launch to launch: every result right, and each counter back at 0 afterwards."""
+    from ragged_attn.kernels.sm90 import launch_forward, tile_counter
+
+    lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "ragged")
+    fn = compiled_for(lc)
+    dev, hq, hkv, d = "cuda", 16, 4, 128
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    jobs = []
+    for i, stream in enumerate(streams):
+        for rep in range(3):
+            lens = [(j * (31 + 7 * i) + 11 * rep) % (200 + 150 * rep) for j in range(40 + 30 * i)]
+            cu = [0]
+            for n in lens:
+                cu.append(cu[-1] + n)
+            total = cu[-1]
+            q = torch.randn(total, hq, d, device=dev, dtype=torch.bfloat16)
+            k = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
+            v = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
+            out = torch.full((total, hq, d), float("nan"), device=dev, dtype=torch.bfloat16)
+            lse = torch.full((total, hq), float("nan"), device=dev)
+            cu_t = torch.tensor(cu, dtype=torch.int32, device=dev)
+            jobs.append((stream, lens, cu, q, k, v, out, lse, cu_t))
+    torch.cuda.synchronize()
+    for rep in range(3):  # interleave: both streams busy at once
+        for stream, lens, cu, q, k, v, out, lse, cu_t in (jobs[rep], jobs[3 + rep]):
+            with torch.cuda.stream(stream):
+                launch_forward(
+                    fn, q=q, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu_t, cu_seqlens_k=cu_t, seqused_q=None,
+                    seqused_k=None, batch=len(lens), max_seqlen_q=max(lens), lse_s_max=0, softmax_scale=d**-0.5,
+                    window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
+                )
+    torch.cuda.synchronize()
+    for stream, lens, cu, q, k, v, out, lse, cu_t in jobs:
+        ref_o, ref_lse = reference(q, k, v, cu[:-1], lens, cu[:-1], lens, d**-0.5, "causal", -1, -1, True)
+        check(out, lse, ref_o, ref_lse, "token", cu, lens, 0, False, len(lens), hq)
+        with torch.cuda.stream(stream):
+            assert tile_counter(q).item() == 0, "a launch left its stream's tile counter non-zero"

@@ -10,6 +10,6 @@ Entry points:
 See launch.py for argument semantics and forward.py for the kernel's structure.
 """
 
-from .launch import COMPILED_ARGS, compile_forward, launch_forward
+from .launch import COMPILED_ARGS, compile_forward, launch_forward, sm_count, tile_counter
 
-__all__ = ["COMPILED_ARGS", "compile_forward", "launch_forward"]
+__all__ = ["COMPILED_ARGS", "compile_forward", "launch_forward", "sm_count", "tile_counter"]

@@ -51,16 +51,19 @@ def store_tile(
     num_mma_threads: cutlass.Constexpr[int],
     barrier_id: cutlass.Constexpr[int],
     o_aliases_q: cutlass.Constexpr[bool],
+    pipe_q,
+    q_state,
 ):
     """O (normalised, fp32 registers) -> out dtype -> smem (stmatrix) -> 128-bit global stores of
     rows < len_q and columns < mO's run-time head dim (an envelope class never writes the columns
     past the real d_v); LSE (scaled to its base) for rows < len_q, -inf for padded rows < lse_s_max.
-    o_aliases_q: sO is Q's buffer, so wait until every MMA warpgroup's GEMMs (which read sQ) are
-    done before writing it."""
+    A named barrier over the MMA threads comes first: the previous tile's O reads (a persistent
+    CTA reuses sO) and, when sO is Q's buffer (o_aliases_q), every MMA warpgroup's GEMMs reading
+    sQ are done before sO is written; then each warp releases Q (pipe_q, q_state) once it has read
+    its O rows back, so the producer may load the next tile's Q into that buffer."""
     rO = cute.make_rmem_tensor_like(acc_O, out_dtype)
     rO.store(acc_O.load().to(out_dtype))
-    if const_expr(o_aliases_q):
-        cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_mma_threads)
+    cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_mma_threads)
     smem_copy = cute.make_tiled_copy_C(
         cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), out_dtype),
         tiled_mma_pv,
@@ -86,6 +89,8 @@ def store_tile(
     tOsO = gmem_copy.partition_S(sO)
     tOrO = cute.make_fragment_like(tOsO, out_dtype)
     cute.autovec_copy(tOsO, tOrO)
+    if const_expr(o_aliases_q):
+        pipe_q.consumer_release(q_state)
     gO = cute.local_tile(
         cute.domain_offset((seqlen.offset_q, 0), mO[None, head_idx, None]),
         (tile_m, d_v),

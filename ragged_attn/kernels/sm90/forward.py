@@ -1,20 +1,24 @@
 """The sm_90a ragged attention forward kernel: TMA loads, WGMMA, fp32 online softmax.
 
-Structure (one CTA = one (m_block, query head, sequence) tile; FA4's Hopper forward taught it):
+Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the persistent loop):
+- Persistent: at most one CTA per SM (`num_ctas`, the run-time SM count); each takes
+  (m_block, query head, sequence) tiles from a tile counter until none is left
+  (tile_scheduler.py: the linear order, longest-first, L2 head groups; `next_tile` here: the
+  counter, which every launch leaves at 0). Ragged K/V: warp 0 of the producer warpgroup takes
+  each ticket and hands the tile index to the MMA warpgroups through a 2-slot smem pipeline; the
+  paged class walks the static stride t += gridDim.x in every warp instead.
 - 3 warpgroups, 384 threads. Warpgroup 0 is the producer: its warp 0 issues TMA loads of Q
   (1-stage pipeline) and of K and V (two `PipelineTmaAsync`s, `num_stages` deep), walking the key
-  blocks from the last one down. Warpgroups 1 and 2 each own 64 of the tile_m = 128 query rows:
-  S = Q K^T (SS WGMMA), mask on boundary blocks, online softmax, O += P V (RS WGMMA, P stays in
-  registers), then the epilogue (O through smem, 128-bit row- and column-predicated stores; LSE
-  per row). Tiles per class: tile_config.py (tile_m = 128, tile_n 80..128).
-- Grid (H_q, tile slots): per sequence (tiles_max = ceil(max(max_seqlen_q, lse_s_max) / tile_m)
-  slots each, grid (H_q, tiles_max, B)) or packed (total_q // tile_m + B slots in all, sequence b
-  from cu_seqlens_q[b] // tile_m + b on, found by binary search), whichever has fewer slots; packed
-  only without a padded LSE. Heads vary fastest and a sequence's slots run from its last tile
-  down: the costliest causal tiles start first and the cheap first tiles fill the tail. Long
-  sequences (K/V of all heads > 32 MiB) deal their tiles out in L2 groups of query heads. An idle
-  packed CTA leaves right after the search; a per-sequence tile past len_q computes nothing and
-  only writes -inf into padded LSE rows [len_q, lse_s_max).
+  blocks from the last one down. The K/V stages run on across tiles: the next tile's first K/V
+  blocks (and its Q, once the MMA warpgroups release Q after their last GEMM) load while the
+  current tile's last block and epilogue run. Warpgroups 1 and 2 each own 64 of the tile_m = 128
+  query rows: S = Q K^T (SS WGMMA), mask on boundary blocks, online softmax, O += P V (RS WGMMA,
+  P stays in registers), then the epilogue (O through smem, 128-bit row- and column-predicated
+  stores; LSE per row). Tiles per class: tile_config.py (tile_m = 128, tile_n 80..128).
+- Tile slots: per sequence (tiles_max = ceil(max(max_seqlen_q, lse_s_max) / tile_m) slots each)
+  or packed (total_q // tile_m + B slots in all, sequence b from cu_seqlens_q[b] // tile_m + b on,
+  found by binary search), whichever has fewer; packed only without a padded LSE. A slot without
+  query rows computes nothing and only gets -inf in its padded LSE rows [len_q, lse_s_max).
 - Non-packed GQA: query head h reads key/value head h // (H_q // H_kv), the ratio read from the
   tensor extents at run time.
 - Every number is run time (lengths, heads, strides, scale, window, alignment, LSE addressing,
@@ -58,12 +62,12 @@ from .paged_kv import PRODUCER_THREADS, PagedKV, make_gather_copy
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_as_operand_a, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes
+from .tile_scheduler import decode_tile, total_tiles
 
 LOG2_E = math.log2(math.e)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
 SCHED_BARRIER_BASE = 2  # ids 2, 3: ping-pong between the two MMA warpgroups
-GRID_YZ_MAX = 65535  # CUDA's limit on gridDim.y and gridDim.z
-L2_KV_BYTES = 32 << 20  # K/V bytes of the heads grouped to share L2 (H100/H200: 50 MiB of L2)
+TILE_STAGES = 2  # tile indices the producer warp may hand the MMA warpgroups ahead
 
 
 def make_smem_layout(dtype, rows: int, cols: int, stages: Optional[int] = None):
@@ -115,6 +119,10 @@ class RaggedForwardSm90:
         self.mask = mask
         self.has_lse = has_lse
         self.paged = paged
+        # Dynamic tile schedule (an atomic counter; the producer warp hands each tile index to the
+        # MMA warpgroups) for ragged K/V, whose producer is one warp. The paged producer is a whole
+        # warpgroup: its warps and the MMA warpgroups walk the static schedule on their own.
+        self.dynamic = not paged
         if paged:
             self.producer_regs = self.producer_regs_paged
             self.mma_regs = self.mma_regs_paged
@@ -156,6 +164,8 @@ class RaggedForwardSm90:
         lse_s_row: Int64,
         lse_s_h: Int64,
         lse_scale: Float32,  # ln 2 for natural-log LSE, 1.0 for log2
+        num_ctas: Int32,  # persistent CTAs at most: the GPU's SM count
+        mTileCounter: cute.Tensor,  # (1,) int32 tile counter: 0 before the launch, left 0 after it
         mPageTable: Optional[cute.Tensor],  # paged: (B, max_pages) int32; ragged: None
         stream: cuda.CUstream,
     ):
@@ -224,21 +234,16 @@ class RaggedForwardSm90:
         SharedStorage = self.storage_struct(sQ_layout, sK_layout, sV_layout, sO_layout)
         assert SharedStorage.size_in_bytes() == self.smem_planned, "tile_config.smem_bytes is out of date"
 
-        # Tile slots per query head. "Per sequence": the grid is (H_q, tiles_max, B), every sequence
-        # gets tiles_max slots (padded LSE rows need them). "Packed" (no padded LSE, and fewer slots):
-        # sequence b owns the slots [cu_seqlens_q[b] // tile_m + b, that of b + 1), which holds its
-        # ceil(len_q / tile_m) tiles; total_q // tile_m + B slots in all, folded over grid y and z
-        # (y <= 65535). Either way x is the head, so the hardware hands out every head of a slot
-        # before the next slot, a sequence's slots in order, and slot j of a sequence is its
-        # (j+1)-th tile from the end: the costliest causal tiles first, the cheap ones as the tail.
+        # Tile slots per query head, per sequence (tiles_max each, padded LSE rows need them) or
+        # packed by cu_seqlens_q (total_q // tile_m + B in all), whichever is fewer; packed only
+        # without a padded LSE (tile_scheduler.py). One persistent CTA per SM walks them.
         q_rows = cutlass.max(max_seqlen_q, lse_s_max)
         tiles_max = q_rows // self.tile_m + Int32(q_rows % self.tile_m != 0)  # ceil without overflow near 2**31
         slots = cute.size(mQ.shape[0]) // self.tile_m + batch
         fewer = Int32(Int64(slots) < Int64(tiles_max) * Int64(batch))
-        packed = Int32(lse_s_max == 0) * cutlass.max(fewer, Int32(tiles_max > GRID_YZ_MAX))
-        slots_y = cutlass.min(slots, Int32(GRID_YZ_MAX))
-        grid_y = packed * slots_y + (1 - packed) * tiles_max
-        grid_z = packed * ((slots + (slots_y - 1)) // slots_y) + (1 - packed) * batch
+        packed = Int32(lse_s_max == 0) * fewer
+        num_tiles = total_tiles(cute.size(mQ.shape[1]), cute.size(mQ.shape[0]), batch, tiles_max, packed, self.tile_m)
+        grid_x = Int32(cutlass.min(num_tiles, Int64(cutlass.max(num_ctas, 1))))
         scale_log2 = softmax_scale * Float32(LOG2_E)
         self.kernel(
             tma_Q,
@@ -251,10 +256,13 @@ class RaggedForwardSm90:
             mSeqUsedQ,
             mSeqUsedK,
             mPageTable,
+            mTileCounter,
             tma_atom_Q,
             tma_atom_K,
             tma_atom_V,
             packed,
+            tiles_max,
+            num_tiles,
             use_seqused_q,
             use_seqused_k,
             lse_s_max,
@@ -276,7 +284,7 @@ class RaggedForwardSm90:
             gmem_tiled_copy_O,
             SharedStorage,
         ).launch(
-            grid=[cute.size(mQ.shape[1]), grid_y, grid_z],
+            grid=[grid_x, 1, 1],
             block=[self.num_threads, 1, 1],
             stream=stream,
             min_blocks_per_mp=1,
@@ -289,6 +297,8 @@ class RaggedForwardSm90:
             return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
 
         fields = {
+            "mbar_tile": cute.struct.MemRange[cutlass.Int64, 2 * TILE_STAGES],
+            "tile_idx": cute.struct.MemRange[cutlass.Int64, TILE_STAGES],
             "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
             "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
             "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
@@ -314,10 +324,13 @@ class RaggedForwardSm90:
         mSeqUsedQ: cute.Tensor,
         mSeqUsedK: cute.Tensor,
         mPageTable: Optional[cute.Tensor],
+        mTileCounter: cute.Tensor,  # (1,) int32, 0 at launch and again after it
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,  # paged: the cp.async gather copy (also tma_atom_V)
         tma_atom_V: cute.CopyAtom,
-        packed: Int32,  # 1: tile slots packed by sequence (see __call__), 0: tiles_max per sequence
+        packed: Int32,  # 1: tile slots packed by sequence, 0: tiles_max per sequence (tile_scheduler.py)
+        tiles_max: Int32,
+        num_tiles: Int64,  # linear tile indices in all
         use_seqused_q: Int32,
         use_seqused_k: Int32,
         lse_s_max: Int32,
@@ -340,202 +353,141 @@ class RaggedForwardSm90:
         SharedStorage: cutlass.Constexpr,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        # x = query head, y (and z when packed) = tile slot, z = sequence otherwise (see __call__).
-        head_x, slot, batch_idx = cute.arch.block_idx()
-        num_heads, num_y, _ = cute.arch.grid_dim()
-        head_x = Int32(head_x)
-        num_heads = Int32(num_heads)
-        slot = Int32(slot)
-        batch_idx = Int32(batch_idx)
-        has_tile = Int32(1)
-        if packed != 0:
-            slot = slot + Int32(num_y) * batch_idx
-            # The last sequence whose first slot is <= slot: binary search over cu_seqlens_q.
-            num_seqs = cute.size(mCuSeqlensQ.shape[0]) - 1
-            lo = Int32(0)
-            hi = num_seqs - 1
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if Int32(mCuSeqlensQ[mid]) // self.tile_m + mid <= slot:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            batch_idx = lo
-            start = Int32(mCuSeqlensQ[lo])
-            slot = slot - (start // self.tile_m + lo)  # may be < 0: no tile
-            # Slots past the sequence's tiles hold nothing (no padded LSE in packed mode): such a
-            # CTA leaves before it sets up shared memory and barriers.
-            len_q = Int32(mCuSeqlensQ[lo + 1]) - start
-            if use_seqused_q != 0:
-                len_q = Int32(mSeqUsedQ[lo])
-            if slot < 0:
-                has_tile = Int32(0)
-            if slot * self.tile_m >= len_q:
-                has_tile = Int32(0)
-        if has_tile != 0:
-            if warp_idx == 0:
-                cpasync.prefetch_descriptor(tma_atom_Q)
-                if const_expr(not self.paged):
-                    cpasync.prefetch_descriptor(tma_atom_K)
-                    cpasync.prefetch_descriptor(tma_atom_V)
+        if warp_idx == 0:
+            cpasync.prefetch_descriptor(tma_atom_Q)
+            if const_expr(not self.paged):
+                cpasync.prefetch_descriptor(tma_atom_K)
+                cpasync.prefetch_descriptor(tma_atom_V)
 
-            smem = cutlass.memory.SmemAllocator()
-            storage = smem.allocate(SharedStorage)
-            one_warp = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
-            # PipelineTmaAsync.consumer_release arrives once per consumer warp.
-            mma_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads // 32)
-            pipe_q = pipeline.PipelineTmaAsync.create(
-                barrier_storage=storage.mbar_q.data_ptr(),
-                num_stages=1,
-                producer_group=one_warp,
-                consumer_group=mma_warps,
-                tx_count=self.bytes_q,
+        smem = cutlass.memory.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        one_warp = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        # PipelineTmaAsync.consumer_release arrives once per consumer warp.
+        mma_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads // 32)
+        # Tile indices, producer warp -> MMA warpgroups (dynamic schedule only).
+        pipe_tile = pipeline.PipelineAsync.create(
+            barrier_storage=storage.mbar_tile.data_ptr(),
+            num_stages=TILE_STAGES,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads),
+            defer_sync=True,
+        )
+        sTileIdx = storage.tile_idx.get_tensor(cute.make_layout(TILE_STAGES))
+        pipe_q = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_q.data_ptr(),
+            num_stages=1,
+            producer_group=one_warp,
+            consumer_group=mma_warps,
+            tx_count=self.bytes_q,
+            defer_sync=True,
+        )
+        if const_expr(self.paged):
+            # cp.async producers: every producer thread arrives (cp.async.mbarrier.arrive.noinc);
+            # PipelineCpAsync.consumer_release arrives from every consumer thread.
+            producer_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
+            mma_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
+            pipe_k = pipeline.PipelineCpAsync.create(
+                barrier_storage=storage.mbar_k.data_ptr(),
+                num_stages=self.num_stages,
+                producer_group=producer_threads,
+                consumer_group=mma_threads,
                 defer_sync=True,
             )
+            pipe_v = pipeline.PipelineCpAsync.create(
+                barrier_storage=storage.mbar_v.data_ptr(),
+                num_stages=self.num_stages,
+                producer_group=producer_threads,
+                consumer_group=mma_threads,
+                defer_sync=True,
+            )
+        else:
+            pipe_k = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.mbar_k.data_ptr(),
+                num_stages=self.num_stages,
+                producer_group=one_warp,
+                consumer_group=mma_warps,
+                tx_count=self.bytes_k,
+                defer_sync=True,
+            )
+            pipe_v = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.mbar_v.data_ptr(),
+                num_stages=self.num_stages,
+                producer_group=one_warp,
+                consumer_group=mma_warps,
+                tx_count=self.bytes_v,
+                defer_sync=True,
+            )
+        pipeline.pipeline_init_arrive()
+
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        if const_expr(self.o_aliases_q):  # written only after every MMA warpgroup is done with sQ
+            sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner, dtype=self.out_dtype)
+        else:
+            sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
+        # V^T view (d_v, tile_n, stages) for the B operand of O += P V.
+        sVt = cute.composition(
+            sV, cute.make_ordered_layout((self.d_v, self.tile_n, self.num_stages), order=(1, 0, 2))
+        )
+        sched = (
+            num_tiles, cute.size(tma_Q.shape[2]), cute.size(tma_K.shape[2]), tiles_max, packed,
+            mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
+        )  # fmt: skip
+        handoff = (pipe_tile, sTileIdx, mTileCounter)
+        lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
+        mask_numbers = (window_left, window_right, bottom_right)
+        pipeline.pipeline_init_wait()
+
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(self.producer_regs)
             if const_expr(self.paged):
-                # cp.async producers: every producer thread arrives (cp.async.mbarrier.arrive.noinc);
-                # PipelineCpAsync.consumer_release arrives from every consumer thread.
-                producer_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
-                mma_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
-                pipe_k = pipeline.PipelineCpAsync.create(
-                    barrier_storage=storage.mbar_k.data_ptr(),
-                    num_stages=self.num_stages,
-                    producer_group=producer_threads,
-                    consumer_group=mma_threads,
-                    defer_sync=True,
-                )
-                pipe_v = pipeline.PipelineCpAsync.create(
-                    barrier_storage=storage.mbar_v.data_ptr(),
-                    num_stages=self.num_stages,
-                    producer_group=producer_threads,
-                    consumer_group=mma_threads,
-                    defer_sync=True,
-                )
+                self.load_paged(
+                    tma_Q, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
+                    pipe_q, pipe_k, pipe_v, sched, mask_numbers, warp_idx,
+                )  # fmt: skip
             else:
-                pipe_k = pipeline.PipelineTmaAsync.create(
-                    barrier_storage=storage.mbar_k.data_ptr(),
-                    num_stages=self.num_stages,
-                    producer_group=one_warp,
-                    consumer_group=mma_warps,
-                    tx_count=self.bytes_k,
-                    defer_sync=True,
-                )
-                pipe_v = pipeline.PipelineTmaAsync.create(
-                    barrier_storage=storage.mbar_v.data_ptr(),
-                    num_stages=self.num_stages,
-                    producer_group=one_warp,
-                    consumer_group=mma_warps,
-                    tx_count=self.bytes_v,
-                    defer_sync=True,
-                )
-            pipeline.pipeline_init_arrive()
+                if warp_idx == 0:
+                    self.load(
+                        tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
+                        pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff, lse_args,
+                    )  # fmt: skip
+        else:
+            cute.arch.setmaxregister_increase(self.mma_regs)
+            self.mma(
+                tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, sQ, sK, sVt, sO, mO, mLSE,
+                pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff,
+                scale_log2, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
+            )  # fmt: skip
 
-            sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-            sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
-            sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-            if const_expr(self.o_aliases_q):  # written only after every MMA warpgroup is done with sQ
-                sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner, dtype=self.out_dtype)
-            else:
-                sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
-            # V^T view (d_v, tile_n, stages) for the B operand of O += P V.
-            sVt = cute.composition(
-                sV, cute.make_ordered_layout((self.d_v, self.tile_n, self.num_stages), order=(1, 0, 2))
-            )
-
-            seqlen = SeqlenInfo.create(
-                batch_idx, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k
-            )
-            # L2 grouping, for sequences with len_k * H_q * (d_qk + d_v) bytes > L2_KV_BYTES: the
-            # sequence's (head, slot) CTAs, in the order the hardware hands them out (head fastest), are
-            # re-dealt group by group: G query heads take all their tiles, G heads per slot, before the
-            # next G heads start. G = L2_KV_BYTES / (one head's K/V bytes), counted in query heads as
-            # FlashAttention 3's LPT scheduler counts them, rounded down to whole GQA groups (at least
-            # one). A bijection of the tile-holding CTAs [0, H_q * tiles_q); slots past tiles_q keep
-            # their place (so a packed CTA knows it is idle from cu_seqlens_q alone). Shorter
-            # sequences keep slot-major order over every head, with no arithmetic on the way to the
-            # first load. Measured on an H200,
-            # 2026-11-30 (d128 causal, GPU-only TFLOP/s): 2 x 8192 at 64/8 heads 593 -> 615 with groups
-            # of 8 heads; DeepSeek 1 x 16384 (128/128, d 192/128) 502 -> 663; short batches unchanged.
-            head_idx = head_x
-            token_bytes = (self.d_qk + self.d_v) * (self.dtype.width // 8)
-            tiles_q = (seqlen.len_q + (self.tile_m - 1)) // self.tile_m
-            if slot >= 0:
-                if slot < tiles_q:
-                    if Int64(seqlen.len_k) * Int64(num_heads * token_bytes) > Int64(L2_KV_BYTES):
-                        ratio = num_heads // cute.size(tma_K.shape[2])  # H_kv: mode 2 of the TMA view / pool
-                        head_bytes = Float32(seqlen.len_k) * Float32(token_bytes)
-                        group = cutlass.max(Int32(Float32(L2_KV_BYTES) / head_bytes) // ratio, 1) * ratio
-                        rank = head_x + num_heads * slot
-                        per_group = group * tiles_q
-                        g = rank // per_group
-                        rest = rank - g * per_group
-                        heads_here = cutlass.min(group, num_heads - g * group)
-                        slot = rest // heads_here
-                        head_idx = g * group + rest - slot * heads_here
-            # Slot j < tiles_q is the (j+1)-th tile from the end; any other slot gets a tile index past
-            # len_q (padded LSE rows only, when there are any), so each tile is visited exactly once.
-            m_block = slot
-            if slot < tiles_q:
-                m_block = tiles_q - 1 - slot
-            off = Int32(0)
-            if const_expr(self.has_right):
-                if bottom_right != 0:
-                    off = seqlen.len_k - seqlen.len_q
-            left = Int32(UNBOUNDED)
-            right = Int32(0)
-            if const_expr(self.mask == "window"):
-                if window_left >= 0:
-                    left = window_left
-                right = Int32(UNBOUNDED)
-                if window_right >= 0:
-                    right = window_right
-            block_info = BlockInfo(
-                self.tile_m,
-                self.tile_n,
-                self.has_left,
-                self.has_right,
-                m_block,
-                seqlen.len_q,
-                seqlen.len_k,
-                off,
-                left,
-                right,
-            )
-            tile_valid = m_block * self.tile_m < seqlen.len_q
-            pipeline.pipeline_init_wait()
-
-            if warp_idx < 4:
-                cute.arch.setmaxregister_decrease(self.producer_regs)
-                if const_expr(self.paged):
-                    if tile_valid:
-                        self.load_paged(
-                            tma_Q, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
-                            pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx, batch_idx, warp_idx,
-                        )
-                else:
-                    if warp_idx == 0:
-                        if tile_valid:
-                            self.load(
-                                tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
-                                pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx,
-                            )
-            else:
-                cute.arch.setmaxregister_increase(self.mma_regs)
-                tidx = cute.arch.thread_idx()[0] - 128
-                if tile_valid:
-                    self.mma(
-                        tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, sQ, sK, sVt, sO, mO, mLSE,
-                        pipe_q, pipe_k, pipe_v, seqlen, block_info, tidx, m_block, head_idx, batch_idx,
-                        scale_log2, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
-                    )
-                else:
-                    if const_expr(self.has_lse):
-                        # Padded LSE rows of a tile past len_q: only -inf to write.
-                        if tidx < self.tile_m:
-                            row = m_block * self.tile_m + tidx
-                            if row < lse_s_max:
-                                idx = lse_index(seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
-                                mLSE[idx] = -Float32.inf
+    # ------------------------------------------------------------------ the persistent schedule
+    @cute.jit
+    def tile_at(self, t: Int64, sched, mask_numbers):
+        """Decode linear tile index t (tile_scheduler.py) into (head_idx, m_block, batch_idx,
+        has_rows, seqlen, block_info)."""
+        _, num_heads, num_heads_kv, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k = sched
+        window_left, window_right, bottom_right = mask_numbers
+        head_idx, m_block, batch_idx, has_rows, seqlen = decode_tile(
+            t, num_heads, num_heads_kv, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
+            self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8),
+        )  # fmt: skip
+        off = Int32(0)
+        if const_expr(self.has_right):
+            if bottom_right != 0:
+                off = seqlen.len_k - seqlen.len_q
+        left = Int32(UNBOUNDED)
+        right = Int32(0)
+        if const_expr(self.mask == "window"):
+            if window_left >= 0:
+                left = window_left
+            right = Int32(UNBOUNDED)
+            if window_right >= 0:
+                right = window_right
+        block_info = BlockInfo(
+            self.tile_m, self.tile_n, self.has_left, self.has_right, m_block, seqlen.len_q, seqlen.len_k,
+            off, left, right,
+        )  # fmt: skip
+        return head_idx, m_block, batch_idx, has_rows, seqlen, block_info
 
     # ------------------------------------------------------------------ producer warp
     @cute.jit
@@ -553,13 +505,98 @@ class RaggedForwardSm90:
         pipe_q: pipeline.PipelineTmaAsync,
         pipe_k: pipeline.PipelineTmaAsync,
         pipe_v: pipeline.PipelineTmaAsync,
-        seqlen: SeqlenInfo,
-        block_info: BlockInfo,
-        m_block: Int32,
-        head_idx: Int32,
+        sched,
+        mask_numbers,
+        handoff,
+        lse_args,
     ):
+        """Producer warp: for each of this CTA's tiles, hand its index to the MMA warpgroups, then
+        load K of its last key block, Q (once the MMA warpgroups released the previous tile's Q),
+        V and the other blocks, last first. The K/V stages run on across tiles, so the next tile's
+        first blocks load while the MMA warpgroups finish the current one. A tile without query
+        rows (per-sequence slots past len_q) only gets its padded LSE rows' -inf, written here.
+        Then the next index (`next_tile`); past the last, the index num_tiles tells the MMA
+        warpgroups to stop."""
+        pipe_tile, sTileIdx, mTileCounter = handoff
         ratio = cute.size(tma_Q.shape[2]) // cute.size(tma_K.shape[2])
-        head_kv = head_idx // ratio
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_STAGES)
+        num_tiles = sched[0]
+        lane = cute.arch.lane_idx()
+        t = Int64(cute.arch.block_idx()[0])
+        while t < num_tiles:
+            head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
+            if has_rows != 0:
+                tile_state = self.hand_over(pipe_tile, sTileIdx, tile_state, t)
+                q_state, kv_state = self.load_tile(
+                    tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
+                    pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx, head_idx // ratio,
+                    q_state, kv_state,
+                )  # fmt: skip
+            else:
+                self.fill_padded_lse(lse_args, seqlen, batch_idx, head_idx, m_block, lane, 32)
+            t = self.next_tile(t, num_tiles, mTileCounter)
+        tile_state = self.hand_over(pipe_tile, sTileIdx, tile_state, num_tiles)
+
+    @cute.jit
+    def next_tile(self, t: Int64, num_tiles: Int64, mTileCounter: cute.Tensor) -> Int64:
+        """The producer warp's next tile index. Dynamic: lane 0 takes a ticket f from the counter
+        and the tile is f + gridDim.x (the first gridDim.x tiles are the CTAs' own). Every tile
+        taken costs one ticket, so a launch takes exactly num_tiles tickets, 0 .. num_tiles - 1;
+        whoever takes the last one puts the counter back to 0 for the next launch on the stream.
+        Above 2**31 - 1 tiles (tickets are int32) the static stride t + gridDim.x."""
+        grid = Int64(cute.arch.grid_dim()[0])
+        nt = t + grid
+        if num_tiles <= Int64(2**31 - 1):
+            f = Int32(0)
+            if cute.arch.lane_idx() == 0:
+                f = Int32(cute.arch.atomic_add(mTileCounter.iterator, Int32(1), sem="relaxed", scope="gpu"))
+                if Int64(f) == num_tiles - 1:
+                    mTileCounter[0] = Int32(0)
+            f = cute.arch.shuffle_sync(f, 0)
+            nt = Int64(f) + grid
+        return nt
+
+    @cute.jit
+    def hand_over(self, pipe_tile, sTileIdx: cute.Tensor, tile_state, value: Int64):
+        """Producer warp -> MMA warpgroups: one tile index through the tile pipeline's slots."""
+        pipe_tile.producer_acquire(tile_state)
+        if cute.arch.lane_idx() == 0:
+            sTileIdx[tile_state.index] = value
+        pipe_tile.producer_commit(tile_state)
+        tile_state.advance()
+        return tile_state
+
+    @cute.jit
+    def take_over(self, pipe_tile, sTileIdx: cute.Tensor, tile_state):
+        """MMA threads: the next tile index the producer warp handed over."""
+        pipe_tile.consumer_wait(tile_state)
+        t = sTileIdx[tile_state.index]
+        pipe_tile.consumer_release(tile_state)
+        tile_state.advance()
+        return t, tile_state
+
+    @cute.jit
+    def fill_padded_lse(self, lse_args, seqlen, batch_idx, head_idx, m_block, first: Int32, step: cutlass.Constexpr[int]):
+        """-inf into the padded LSE rows of a tile past len_q: rows first, first + step, ... of the
+        tile that are < lse_s_max (none when lse_s_max is 0)."""
+        if const_expr(self.has_lse):
+            mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h = lse_args
+            for r in cutlass.range_constexpr((self.tile_m + step - 1) // step):
+                row_in_tile = first + r * step
+                row = m_block * self.tile_m + row_in_tile
+                if row_in_tile < self.tile_m:
+                    if row < lse_s_max:
+                        idx = lse_index(seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
+                        mLSE[idx] = -Float32.inf
+
+    @cute.jit
+    def load_tile(
+        self, tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v,
+        seqlen: SeqlenInfo, block_info: BlockInfo, m_block: Int32, head_idx: Int32, head_kv: Int32,
+        q_state, kv_state,
+    ):
         gQ = cute.local_tile(
             cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
             (self.tile_m, self.d_qk),
@@ -585,45 +622,34 @@ class RaggedForwardSm90:
             tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2)
         )
         n_block_min, n_block_max = block_info.n_block_range()
-        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-        has_blocks = n_block_max > n_block_min
-        if has_blocks:
+        n_blocks = n_block_max - n_block_min
+        # Block i (i = 0 .. n_blocks - 1) is key block n_block_max - 1 - i; Q goes after block 0's K
+        # (or alone when the tile sees no key).
+        if n_blocks <= 0:
+            pipe_q.producer_acquire(q_state)
+            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        for i in cutlass.range(n_blocks, unroll=1):
+            n_block = n_block_max - 1 - i
             pipe_k.producer_acquire(kv_state)
             cute.copy(
                 tma_atom_K,
-                tKgK[None, n_block_max - 1],
+                tKgK[None, n_block],
                 tKsK[None, kv_state.index],
                 tma_bar_ptr=pipe_k.producer_get_barrier(kv_state),
             )
-        pipe_q.producer_acquire(q_state)
-        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
-        if has_blocks:
+            if i == 0:
+                pipe_q.producer_acquire(q_state)
+                cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
             pipe_v.producer_acquire(kv_state)
             cute.copy(
                 tma_atom_V,
-                tVgV[None, n_block_max - 1],
+                tVgV[None, n_block],
                 tVsV[None, kv_state.index],
                 tma_bar_ptr=pipe_v.producer_get_barrier(kv_state),
             )
             kv_state.advance()
-            for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
-                n_block = n_block_max - 2 - i
-                pipe_k.producer_acquire(kv_state)
-                cute.copy(
-                    tma_atom_K,
-                    tKgK[None, n_block],
-                    tKsK[None, kv_state.index],
-                    tma_bar_ptr=pipe_k.producer_get_barrier(kv_state),
-                )
-                pipe_v.producer_acquire(kv_state)
-                cute.copy(
-                    tma_atom_V,
-                    tVgV[None, n_block],
-                    tVsV[None, kv_state.index],
-                    tma_bar_ptr=pipe_v.producer_get_barrier(kv_state),
-                )
-                kv_state.advance()
+        q_state.advance()
+        return q_state, kv_state
 
     @cute.jit
     def load_paged(
@@ -640,47 +666,59 @@ class RaggedForwardSm90:
         pipe_q: pipeline.PipelineTmaAsync,
         pipe_k: pipeline.PipelineCpAsync,
         pipe_v: pipeline.PipelineCpAsync,
-        seqlen: SeqlenInfo,
-        block_info: BlockInfo,
-        m_block: Int32,
-        head_idx: Int32,
-        batch_idx: Int32,
+        sched,
+        mask_numbers,
         warp_idx: Int32,
     ):
-        """Producer warpgroup of the paged class: warp 0 issues Q's TMA, then all 128 threads
-        gather each key block's K and V rows (last block first, as the MMA warpgroups consume)."""
-        if warp_idx == 0:
-            gQ = cute.local_tile(
-                cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
-                (self.tile_m, self.d_qk),
-                (m_block, 0),
-            )
-            tQsQ, tQgQ = cpasync.tma_partition(
-                tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
-            )
-            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-            pipe_q.producer_acquire(q_state)
-            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        """Producer warpgroup of the paged class: for each of this CTA's tiles, all 128 threads
+        gather each key block's K and V rows (last block first, as the MMA warpgroups consume);
+        warp 0 issues Q's TMA after its share of the first K block."""
         ratio = cute.size(tma_Q.shape[2]) // cute.size(mK.shape[2])
         tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
-        kv = PagedKV.create(
-            mK, mV, mPageTable, batch_idx, head_idx // ratio, seqlen.len_k, tidx, gather_copy,
-            self.dtype, self.tile_n, self.d_qk, self.d_v,
-        )  # fmt: skip
-        n_block_min, n_block_max = block_info.n_block_range()
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
-            n_block = n_block_max - 1 - i
-            kv.resolve_rows(n_block)
-            pipe_k.producer_acquire(kv_state)
-            kv.load(n_block, sK[None, None, kv_state.index], True)
-            cute.arch.cp_async_commit_group()
-            pipe_k.producer_commit(kv_state)
-            pipe_v.producer_acquire(kv_state)
-            kv.load(n_block, sV[None, None, kv_state.index], False)
-            cute.arch.cp_async_commit_group()
-            pipe_v.producer_commit(kv_state)
-            kv_state.advance()
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        num_tiles = sched[0]
+        t = Int64(cute.arch.block_idx()[0])
+        stride = Int64(cute.arch.grid_dim()[0])
+        while t < num_tiles:
+            head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
+            if has_rows != 0:
+                gQ = cute.local_tile(
+                    cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
+                    (self.tile_m, self.d_qk),
+                    (m_block, 0),
+                )
+                tQsQ, tQgQ = cpasync.tma_partition(
+                    tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
+                )
+                kv = PagedKV.create(
+                    mK, mV, mPageTable, batch_idx, head_idx // ratio, seqlen.len_k, tidx, gather_copy,
+                    self.dtype, self.tile_n, self.d_qk, self.d_v,
+                )  # fmt: skip
+                n_block_min, n_block_max = block_info.n_block_range()
+                n_blocks = n_block_max - n_block_min
+                if n_blocks <= 0:
+                    if warp_idx == 0:
+                        pipe_q.producer_acquire(q_state)
+                        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+                for i in cutlass.range(n_blocks, unroll=1):
+                    n_block = n_block_max - 1 - i
+                    kv.resolve_rows(n_block)
+                    pipe_k.producer_acquire(kv_state)
+                    kv.load(n_block, sK[None, None, kv_state.index], True)
+                    cute.arch.cp_async_commit_group()
+                    pipe_k.producer_commit(kv_state)
+                    if i == 0:
+                        if warp_idx == 0:
+                            pipe_q.producer_acquire(q_state)
+                            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+                    pipe_v.producer_acquire(kv_state)
+                    kv.load(n_block, sV[None, None, kv_state.index], False)
+                    cute.arch.cp_async_commit_group()
+                    pipe_v.producer_commit(kv_state)
+                    kv_state.advance()
+                q_state.advance()
+            t += stride
         cute.arch.cp_async_wait_group(0)
 
     # ------------------------------------------------------------------ MMA warpgroups
@@ -699,12 +737,9 @@ class RaggedForwardSm90:
         pipe_q: pipeline.PipelineTmaAsync,
         pipe_k: pipeline.PipelineTmaAsync,
         pipe_v: pipeline.PipelineTmaAsync,
-        seqlen: SeqlenInfo,
-        block_info: BlockInfo,
-        tidx: Int32,
-        m_block: Int32,
-        head_idx: Int32,
-        batch_idx: Int32,
+        sched,
+        mask_numbers,
+        handoff,
         scale_log2: Float32,
         lse_s_max: Int32,
         lse_s_b: Int64,
@@ -713,6 +748,10 @@ class RaggedForwardSm90:
         lse_s_h: Int64,
         lse_scale: Float32,
     ):
+        """MMA warpgroups: for each of this CTA's tiles, wait for Q, run the key blocks, release Q
+        (after the mainloop, or after the epilogue has read O back when O's buffer is Q's), then the
+        epilogue. A tile past len_q (per-sequence slots) only writes its padded LSE rows' -inf."""
+        tidx = cute.arch.thread_idx()[0] - 128
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
         thr_mma_qk = tiled_mma_qk.get_slice(tidx)
         wg_mma_qk = tiled_mma_qk.get_slice(wg_idx * 128)
@@ -725,53 +764,88 @@ class RaggedForwardSm90:
         acc_S_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
         tScS = thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
 
-        softmax = OnlineSoftmax(scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]))
-        softmax.reset()
-        acc_O.fill(0.0)
-
-        n_block_min, n_block_max = block_info.n_block_range()
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-        pipe_q.consumer_wait(q_state)
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         # Ping-pong: the two warpgroups take turns issuing GEMMs (named barrier per warpgroup), so
-        # one warpgroup's softmax overlaps the other's tensor-core work.
-        mask_args = (
-            tScS, m_block, self.tile_m, self.tile_n, self.has_left, self.has_right,
-            seqlen.len_k, block_info.off, block_info.left, block_info.right,
-        )
-        if const_expr(self.overlap):
-            self.mainloop_overlap(
-                tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-                pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args,
-            )
-        else:
-            self.sched_begin(wg_idx)
-            kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
-            for i in cutlass.range(n_block_max - n_block_min, unroll=1):
-                n_block = n_block_max - 1 - i
-                # S = Q K^T
-                self.kv_wait(pipe_k, kv_state)
-                acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
-                self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
-                self.sched_pass(wg_idx)
-                warpgroup.wait_group(0)
-                pipe_k.consumer_release(kv_state)
-                self.mask_softmax(acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, True)
-                # O += P V
-                self.kv_wait(pipe_v, kv_state)
-                self.sched_wait(wg_idx)
-                self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
-                pipe_v.consumer_release(kv_state)
-                kv_state.advance()
-            self.sched_pass(wg_idx)
+        # one warpgroup's softmax overlaps the other's tensor-core work. Warpgroup 0's turn token,
+        # given once: every tile then makes as many waits as passes per warpgroup.
+        if const_expr(self.pingpong):
+            if wg_idx == 0:
+                cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE, number_of_threads=self.num_mma_threads)
+        pipe_tile, sTileIdx, _ = handoff
+        tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
+        num_tiles = sched[0]
+        t = Int64(cute.arch.block_idx()[0])
+        if const_expr(self.dynamic):
+            t, tile_state = self.take_over(pipe_tile, sTileIdx, tile_state)
+        while t < num_tiles:
+            head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
+            if has_rows != 0:
+                softmax = OnlineSoftmax(scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]))
+                softmax.reset()
+                acc_O.fill(0.0)
+                n_block_min, n_block_max = block_info.n_block_range()
+                pipe_q.consumer_wait(q_state)
+                mask_args = (
+                    tScS, m_block, self.tile_m, self.tile_n, self.has_left, self.has_right,
+                    seqlen.len_k, block_info.off, block_info.left, block_info.right,
+                )  # fmt: skip
+                if const_expr(self.overlap):
+                    if n_block_max > n_block_min:
+                        kv_state = self.mainloop_overlap(
+                            tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                            pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
+                        )  # fmt: skip
+                else:
+                    kv_state = self.mainloop_plain(
+                        tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
+                    )  # fmt: skip
+                if const_expr(not self.o_aliases_q):
+                    pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done
+                row_scale = softmax.finalize()
+                rescale_rows(acc_O, row_scale)
+                store_tile(
+                    acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
+                    m_block, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
+                    self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
+                    self.o_aliases_q, pipe_q, q_state,
+                )  # fmt: skip
+                q_state.advance()
+            else:  # static schedule only: the dynamic one hands over tiles with rows alone
+                lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
+                self.fill_padded_lse(lse_args, seqlen, batch_idx, head_idx, m_block, tidx, self.num_mma_threads)
+            if const_expr(self.dynamic):
+                t, tile_state = self.take_over(pipe_tile, sTileIdx, tile_state)
+            else:
+                t += Int64(cute.arch.grid_dim()[0])
 
-        row_scale = softmax.finalize()
-        rescale_rows(acc_O, row_scale)
-        store_tile(
-            acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
-            m_block, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
-            self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
-            self.o_aliases_q,
-        )
+    @cute.jit
+    def mainloop_plain(
+        self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
+    ):
+        """One GEMM pair per key block, no overlap inside a warpgroup (tools' comparisons only).
+        Per tile each warpgroup waits n + 1 times and passes n + 1 times (see sched_wait)."""
+        self.sched_wait(wg_idx)
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            # S = Q K^T
+            self.kv_wait(pipe_k, kv_state)
+            acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
+            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
+            self.sched_pass(wg_idx)
+            warpgroup.wait_group(0)
+            pipe_k.consumer_release(kv_state)
+            self.mask_softmax(acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, True)
+            # O += P V
+            self.kv_wait(pipe_v, kv_state)
+            self.sched_wait(wg_idx)
+            self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
+            pipe_v.consumer_release(kv_state)
+            kv_state.advance()
+        self.sched_pass(wg_idx)
+        return kv_state
 
     @cute.jit
     def mask_softmax(self, acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, rescale: cutlass.Constexpr[bool]):
@@ -788,44 +862,42 @@ class RaggedForwardSm90:
     @cute.jit
     def mainloop_overlap(
         self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args,
+        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
     ):
         """Intra-warpgroup overlap: the softmax of block n runs while O += P V of block n + 1 is
         on the tensor cores. Prologue: S and P of the first block; each step issues S of the next
         block and P V of the previous one, softmaxes the new S under the PV GEMM; epilogue: last PV.
-        Scheduling barriers bracket each step's GEMM issue (n - 1 waits and passes per warpgroup)."""
-        if n_block_max > n_block_min:
-            kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
-            if const_expr(self.pingpong):
-                if wg_idx == 0:
-                    cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE, number_of_threads=self.num_mma_threads)
+        Needs n_block_max > n_block_min. Scheduling barriers bracket each step's GEMM issue
+        (n - 1 waits and passes per warpgroup). Returns the K/V state of the next tile's first block."""
+        self.kv_wait(pipe_k, kv_state)
+        acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
+        self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False)
+        pipe_k.consumer_release(kv_state)
+        self.mask_softmax(acc_S, n_block_max - 1, block_info, softmax, tOrP, acc_O, mask_args, False)
+        tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+        for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
+            n_block = n_block_max - 2 - i
+            v_state = kv_state.clone()
+            kv_state.advance()
             self.kv_wait(pipe_k, kv_state)
-            acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
-            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False)
+            self.sched_wait(wg_idx)
+            acc_S2 = cute.make_rmem_tensor(acc_S_shape, Float32)
+            self.gemm(tiled_mma_qk, acc_S2, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
+            self.kv_wait(pipe_v, v_state)
+            self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], True, wait=False)
+            self.sched_pass(wg_idx)
+            warpgroup.wait_group(1)  # S done, PV may still run
             pipe_k.consumer_release(kv_state)
-            self.mask_softmax(acc_S, n_block_max - 1, block_info, softmax, tOrP, acc_O, mask_args, False)
-            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
-            for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
-                n_block = n_block_max - 2 - i
-                v_state = kv_state.clone()
-                kv_state.advance()
-                self.kv_wait(pipe_k, kv_state)
-                self.sched_wait(wg_idx)
-                acc_S2 = cute.make_rmem_tensor(acc_S_shape, Float32)
-                self.gemm(tiled_mma_qk, acc_S2, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
-                self.kv_wait(pipe_v, v_state)
-                self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], True, wait=False)
-                self.sched_pass(wg_idx)
-                warpgroup.wait_group(1)  # S done, PV may still run
-                pipe_k.consumer_release(kv_state)
-                row_scale = self.mask_softmax(acc_S2, n_block, block_info, softmax, tOrP, acc_O, mask_args, False)
-                warpgroup.wait_group(0)
-                pipe_v.consumer_release(v_state)
-                tOrP.store(acc_as_operand_a(acc_S2).load().to(self.dtype))
-                rescale_rows(acc_O, row_scale)
-            self.kv_wait(pipe_v, kv_state)
-            self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
-            pipe_v.consumer_release(kv_state)
+            row_scale = self.mask_softmax(acc_S2, n_block, block_info, softmax, tOrP, acc_O, mask_args, False)
+            warpgroup.wait_group(0)
+            pipe_v.consumer_release(v_state)
+            tOrP.store(acc_as_operand_a(acc_S2).load().to(self.dtype))
+            rescale_rows(acc_O, row_scale)
+        self.kv_wait(pipe_v, kv_state)
+        self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
+        pipe_v.consumer_release(kv_state)
+        kv_state.advance()
+        return kv_state
 
     @cute.jit
     def kv_wait(self, pipe, state):
@@ -857,15 +929,9 @@ class RaggedForwardSm90:
             warpgroup.wait_group(0)
 
     # Warpgroup scheduling barriers (ids SCHED_BARRIER_BASE + wg): a warpgroup waits on its own
-    # barrier before issuing GEMMs and, once issued, arrives on the other's. Each warpgroup makes
-    # n_blocks + 1 waits and n_blocks + 1 passes per tile; warpgroup 0 pre-arrives once.
-    @cute.jit
-    def sched_begin(self, wg_idx: Int32):
-        if const_expr(self.pingpong):
-            if wg_idx == 0:
-                cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE, number_of_threads=self.num_mma_threads)
-            self.sched_wait(wg_idx)
-
+    # barrier before issuing GEMMs and, once issued, arrives on the other's. Warpgroup 0 arrives on
+    # its own once per CTA (`mma`), then each tile makes as many waits as passes per warpgroup, so
+    # the turn is warpgroup 0's again at every tile's start.
     @cute.jit
     def sched_wait(self, wg_idx: Int32):
         if const_expr(self.pingpong):

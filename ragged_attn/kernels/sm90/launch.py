@@ -9,6 +9,7 @@ kernel runs on torch's current stream (TVM-FFI environment stream).
 
 from __future__ import annotations
 
+import functools
 import math
 
 from ragged_attn.layout_class import LayoutClass
@@ -18,10 +19,50 @@ COMPILED_ARGS = (
     "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
     "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
-    "lse_scale", "page_table",
+    "lse_scale", "num_ctas", "tile_counter", "page_table",
 )
 
 LN2 = math.log(2.0)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of a CUDA device (the persistent kernel's CTA count), cached."""
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _sm_count(index)
+
+
+_COUNTERS: dict = {}  # (device index, raw stream) -> int32 (1,) tile counter
+
+
+def tile_counter(q):
+    """The persistent kernel's tile counter for a launch on torch's current stream: an int32 (1,)
+    tensor that is 0 before the launch, and that the launch leaves 0 again (each launch takes
+    exactly as many tickets as it has tiles, and the last taker resets it; forward.py next_tile).
+    Launches on one stream run one after another, so each (device, stream) keeps one counter;
+    launches on other streams use their own. While the stream is being captured into a CUDA graph,
+    a fresh zeroed tensor from the graph's memory pool (its memset is captured too), so that graphs
+    replayed side by side never share a counter."""
+    import torch
+
+    if not q.is_cuda:  # a stand-in entry (tests/test_fast_launch.py) on a machine without CUDA
+        return torch.zeros((1,), dtype=torch.int32)
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros((1,), dtype=torch.int32, device=q.device)
+    dev = q.get_device()
+    key = (dev, torch._C._cuda_getCurrentRawStream(dev))
+    counter = _COUNTERS.get(key)
+    if counter is None:
+        counter = _COUNTERS[key] = torch.zeros((1,), dtype=torch.int32, device=q.device)
+    return counter
 
 
 def _cutlass_dtype(name: str):
@@ -106,6 +147,7 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
     cu_k = fake(Int32, (num_cu,), (1,), assumed_align=4)
     su_q = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
     su_k = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
+    counter = fake(Int32, (1,), (1,), assumed_align=4)
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
     # The arch comes from the class, never from CUTE_DSL_ARCH or the GPU in the machine (the DSL
     # reads that once at import), so a class compiles the same code everywhere.
@@ -115,7 +157,7 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
         q, k, v, out, lse, cu_q, cu_k, su_q, su_k,
         Int32(0), Int32(0), Int32(1), Int32(1), Int32(0), Float32(1.0),
         Int32(-1), Int32(-1), Int32(1),
-        Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2), page_table,
+        Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2), Int32(1), counter, page_table,
         stream,
         options=options,
     )
@@ -197,5 +239,7 @@ def launch_forward(
         int(window_left), int(window_right), 1 if bottom_right else 0,
         s_b, s_tok, s_row, s_h,
         1.0 if lse_base_is_log2 else LN2,
+        sm_count(q.device),
+        tile_counter(q),
         page_table,
     )

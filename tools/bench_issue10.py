@@ -1,0 +1,161 @@
+"""Issue 10's rows, side by side in one process: ours (this tree), ours from a baseline commit,
+FlashAttention-3 (`fa3-fwd`), FA4 and torch SDPA on cuDNN over a padded batch (uniform rows).
+
+Useful TFLOP/s on GPU time alone (ragged_attn.bench.timing.gpu_ms: L2 flushed, sleep head start),
+4 * H_q * d * allowed (query, key) pairs; bf16, LSE on (FA3 and FA4 always produce it).
+Kernels: RAGGED_ATTN_SM90_PREBUILT/<class>.o (tools/prebuild_sm90.py) or compiled here; the
+baseline from RAGGED_ATTN_SM90_PREBUILT/baseline/<class>.o, called with the argument list of
+commit 58bbb6a (no num_ctas), when present. Each output is checked against FA4's (max abs diff).
+Usage: python tools/bench_issue10.py [ROW_SUBSTRING ...]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from ragged_attn.bench.timing import gpu_ms  # noqa: E402
+from ragged_attn.kernels.sm90 import launch_forward  # noqa: E402
+from ragged_attn.kernels.sm90.launch import LN2  # noqa: E402
+from ragged_attn.layout_class import LayoutClass  # noqa: E402
+
+PREBUILT = os.environ.get("RAGGED_ATTN_SM90_PREBUILT", "")
+
+
+def issue10_lengths() -> list[int]:
+    """The 14 lengths of issue 10: seed 1, uniform in 64..2047 until the sum reaches 16,384."""
+    g = torch.Generator().manual_seed(1)
+    lens: list[int] = []
+    while sum(lens) < 16384:
+        lens.append(int(torch.randint(64, 2048, (1,), generator=g)))
+    return lens
+
+
+ROWS = (
+    ("2x8192 h64/8 d128 causal", [8192] * 2, 64, 8, 128, True),
+    ("2x8192 h64/8 d128 nomask", [8192] * 2, 64, 8, 128, False),
+    ("mixed14 h32/8 d128 causal", issue10_lengths(), 32, 8, 128, True),
+    ("mixed14 h32/8 d64 causal", issue10_lengths(), 32, 8, 64, True),
+    ("16x256 h32/8 d128 causal", [256] * 16, 32, 8, 128, True),
+    ("4x512 h32/8 d128 causal", [512] * 4, 32, 8, 128, True),
+    ("64x128 h32/8 d128 causal", [128] * 64, 32, 8, 128, True),
+)
+
+
+def load(lc, sub=""):
+    path = os.path.join(PREBUILT, sub, lc.name + ".o")
+    if PREBUILT and os.path.exists(path):
+        import cutlass.cute as cute
+
+        return cute.runtime.load_module(path, enable_tvm_ffi=True).fwd
+    if sub:
+        return None
+    from ragged_attn.kernels.sm90 import compile_forward
+
+    return compile_forward(lc)
+
+
+def pairs(lens, causal):
+    return sum(n * (n + 1) // 2 if causal else n * n for n in lens)
+
+
+def main():
+    picks = sys.argv[1:]
+    dev = torch.device("cuda")
+    print(torch.cuda.get_device_name(), flush=True)
+    table = []
+    for name, lens, hq, hkv, d, causal in ROWS:
+        if picks and not any(p in name for p in picks):
+            continue
+        torch.manual_seed(0)
+        total, b, smax = sum(lens), len(lens), max(lens)
+        q = torch.randn(total, hq, d, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
+        cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device=dev)
+        out = torch.empty_like(q)
+        lse = torch.empty(total, hq, device=dev)
+        flops = 4 * hq * d * pairs(lens, causal)
+        mask = "causal" if causal else "none"
+        lc = LayoutClass("sm_90a", d, d, "bf16", "bf16", mask, True, "ragged")
+        impls = {}
+        try:
+            from flash_attn.cute import flash_attn_varlen_func as fa4
+
+            impls["FA4"] = lambda: fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=smax,
+                                       max_seqlen_k=smax, causal=causal, return_lse=True)[0]  # fmt: skip
+        except ImportError:
+            pass
+        try:
+            from fa3_fwd_interface import flash_attn_varlen_func as fa3
+
+            def fa3_call():
+                o = fa3(q, k, v, cu, cu, smax, smax, causal=causal)
+                return o[0] if isinstance(o, tuple) else o
+
+            impls["FA3"] = fa3_call
+        except ImportError:
+            pass
+        if len(set(lens)) == 1:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+            qp = q.view(b, smax, hq, d).transpose(1, 2).contiguous()
+            kp = k.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
+            vp = v.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
+
+            def sdpa_call():
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    o = sdpa(qp, kp, vp, is_causal=causal)
+                return o.transpose(1, 2).reshape(total, hq, d)
+
+            impls["cuDNN SDPA padded"] = sdpa_call
+        fn = load(lc)
+
+        def ours():
+            launch_forward(
+                fn, q=q, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
+                seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
+                window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
+            )  # fmt: skip
+            return out
+
+        impls["ours"] = ours
+        base = load(lc, "baseline")
+        if base is not None:
+            base_out = torch.empty_like(q)
+
+            def ours_base():
+                base(q, k, v, base_out, lse.view(-1), cu, cu, cu, cu, 0, 0, b, smax, 0, d**-0.5, -1, -1, 1,
+                     0, hq, hq, 1, LN2, None)  # fmt: skip
+                return base_out
+
+            impls["ours 58bbb6a"] = ours_base
+        ref = None
+        for label, call in impls.items():
+            try:
+                o = call()
+                torch.cuda.synchronize()
+                if ref is None:
+                    ref = o.float().clone()
+                diff = (o.float() - ref).abs().max().item()
+                g = gpu_ms(call, dev, head_start_us=300, reps=30)
+                table.append((name, label, g, flops / (g * 1e-3) / 1e12, diff))
+            except Exception as e:  # report and go on
+                table.append((name, f"{label} FAILED {type(e).__name__}: {e}"[:150], float("nan"), 0.0, float("nan")))
+            print(table[-1], flush=True)
+        del q, k, v, out, lse, impls
+        torch.cuda.empty_cache()
+    print("| workload | impl | ms GPU | TFLOP/s | max diff vs first |")
+    print("|---|---|---|---|---|")
+    for name, label, g, tf, diff in table:
+        print(f"| {name} | {label} | {g:.4f} | {tf:.1f} | {diff:.3g} |")
+
+
+if __name__ == "__main__":
+    main()
