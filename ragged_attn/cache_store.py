@@ -1,6 +1,14 @@
 """Disk entries of the compile cache: the build env key, paths, permission checks, atomic
 read/write of one entry. `compile_cache.CompileCache` is the only caller; it turns the reasons
 returned here into `CompileCacheWarning`s. The layout on disk is described in compile_cache.py.
+
+Rules:
+- The mode of a directory this module did not create is never changed: the caller's cache
+  directory may be shared (mode 1777, setgid group dirs); everything lives in a private
+  subdirectory `private_dir_name()` that this module creates 0700 and checks on every use.
+- Reading never writes: a valid entry on a read-only file system is read as it is.
+- Every reader returns a reason instead of raising for anything found on disk (wrong type,
+  owner, mode, size, unreadable, not JSON, nested too deep); only the caller decides what to do.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import shutil
 import stat
 import time
 import uuid
@@ -159,50 +168,122 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def prepare_root(root: Path) -> str | None:
-    """Create `root` 0700, or check an existing one (a symlink to it is allowed: the user chose it).
+def private_dir_name() -> str:
+    """The name of this user's private subdirectory of the cache directory, e.g. `uid1000`."""
+    uid = current_uid()
+    return f"uid{uid}" if uid is not None else "user"
 
-    Returns a message when an existing root was group/other-writable and was set to 0700, else None.
-    Raises DiskUnusable (not a directory, another uid's) or OSError (cannot create).
+
+def prepare_root(root: Path) -> Path:
+    """Make sure the caller's cache directory `root` exists and return this user's private
+    subdirectory in it, created 0700 if missing, checked if present.
+
+    `root` itself is created (0700, parents as needed) when missing and otherwise only required
+    to be a directory (a symlink to one is allowed: the user chose it); its mode and owner are
+    never changed or required, so a shared directory (mode 1777, a setgid group directory)
+    works and stays as it was. The private subdirectory must be a real directory (not a
+    symlink) owned by this uid and not writable by group/other; one that is not is refused,
+    never repaired, since this module cannot tell who made it so.
+
+    Raises DiskUnusable (`root` is not a directory; the private subdirectory cannot be trusted)
+    or OSError (cannot create or inspect them: read-only file system, no permission).
     """
     if not root.exists():
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(root, 0o700)
-    st = os.stat(root)
-    if not stat.S_ISDIR(st.st_mode):
+    if not root.is_dir():
         raise DiskUnusable(f"{root} is not a directory")
-    uid = current_uid()
-    if uid is not None and st.st_uid != uid:
-        raise DiskUnusable(f"{root} is owned by uid {st.st_uid}, not by this user (uid {uid})")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        os.chmod(root, 0o700)
-        return f"cache directory {root} was writable by group/other (mode {stat.S_IMODE(st.st_mode):#o}); set it to 0o700"
-    return None
+    private = root / private_dir_name()
+    if not os.path.lexists(private):  # looked up first: mkdir on a read-only mount says EROFS
+        try:
+            private.mkdir(mode=0o700)
+        except FileExistsError:  # another process made it just now
+            pass
+        else:
+            os.chmod(private, 0o700)  # made here, so its mode is ours to set (mkdir's passes the umask)
+            fsync_dir(root)
+            return private
+    reason = insecure_reason(private, want_dir=True)
+    if reason is not None:
+        raise DiskUnusable(f"its private subdirectory {reason} (remove it, or make it this user's with mode 0o700)")
+    return private
+
+
+# A temp file of env.json older than this was left by a writer that died (writing it takes
+# milliseconds); removing a live one's only costs that writer its env.json, which is for humans.
+STALE_TEMP_SECONDS = 60.0
+
+
+def clear_slot(path: Path) -> bool:
+    """Remove a directory or a symlink found where one of the cache's files belongs (inside the
+    private subdirectory only). Returns True when something was removed; never raises."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            os.unlink(path)
+            return True
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)
+            return True
+    except OSError:
+        pass
+    return False
+
+
+def _write_env_json(directory: Path, env: BuildEnv) -> None:
+    """Best effort: env.json is for humans, so a failure to write it (read-only, full) is ignored."""
+    try:
+        atomic_write_bytes(
+            directory / "env.json", json.dumps(dataclasses.asdict(env), indent=1, sort_keys=True).encode()
+        )
+    except OSError:
+        pass
+
+
+def _repair_env_json(directory: Path, env: BuildEnv) -> None:
+    """Best effort: remove temp files of env.json left by writers that died, and write a missing
+    env.json (a writer killed between making the directory and writing it leaves neither)."""
+    now = time.time()
+    try:
+        for stale in directory.glob(".env.json.*.tmp"):
+            try:
+                if now - os.lstat(stale).st_mtime > STALE_TEMP_SECONDS:
+                    stale.unlink()
+            except OSError:
+                pass
+        if not os.path.lexists(directory / "env.json"):
+            _write_env_json(directory, env)
+    except OSError:
+        pass
 
 
 def prepare_env_dir(directory: Path, env: BuildEnv) -> str | None:
     """Create the env directory 0700 with its env.json, or check an existing one.
 
-    Returns why the entries in an existing directory must be rebuilt (it was group/other-writable;
-    it is set to 0700 first), else None. Raises DiskUnusable when it cannot be made safe (another
-    uid's, a symlink, not a directory) or OSError.
+    `directory` lies in the private subdirectory (`prepare_root`), so whatever is there was made
+    by this module or by this user. Returns why the entries in an existing directory must be
+    rebuilt (it was group/other-writable; it is set to 0700 first), else None. A file or symlink
+    in its place is removed and the directory made anew. Raises DiskUnusable when it cannot be
+    made safe (another uid's) or OSError (cannot create or inspect it).
     """
+    if os.path.lexists(directory):
+        st = os.lstat(directory)
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(directory)  # a file or a symlink in the private subdirectory: not an env dir
+        else:
+            uid = current_uid()
+            if uid is not None and st.st_uid != uid:
+                raise DiskUnusable(f"{directory} is owned by uid {st.st_uid}, not by this user (uid {uid})")
+            _repair_env_json(directory, env)
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                os.chmod(directory, 0o700)
+                return f"its directory {directory} was writable by group/other (mode {stat.S_IMODE(st.st_mode):#o})"
+            return None
     try:
         directory.mkdir(mode=0o700)
-    except FileExistsError:
-        reason = insecure_reason(directory, want_dir=True)
-        if reason is None:
-            return None
-        st = os.lstat(directory)
-        uid = current_uid()
-        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or (uid is not None and st.st_uid != uid):
-            raise DiskUnusable(reason) from None
-        os.chmod(directory, 0o700)
-        return f"its directory {reason}"
+    except FileExistsError:  # another process made it just now
+        return prepare_env_dir(directory, env)
     os.chmod(directory, 0o700)
-    atomic_write_bytes(
-        directory / "env.json", json.dumps(dataclasses.asdict(env), indent=1, sort_keys=True).encode()
-    )
+    _write_env_json(directory, env)
     fsync_dir(directory.parent)
     return None
 
@@ -243,35 +324,60 @@ def check_meta(lc: LayoutClass, entry: EntryPaths, env: BuildEnv, meta: Any) -> 
     return None
 
 
+# Metadata is a few hundred bytes; anything larger is not ours (and is not parsed).
+MAX_META_BYTES = 1 << 20
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of `path`, opened without following a symlink and without blocking on a FIFO.
+    Raises OSError (missing, unreadable, a symlink: ELOOP). The tests replace it to inject faults."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return f.read()
+
+
 def read_entry(
     lc: LayoutClass, entry: EntryPaths, env: BuildEnv, loader: Callable[[Path, str], Callable]
 ) -> tuple[Callable | None, str | None]:
-    """Load `lc`'s entry. Call with the entry lock held.
+    """Load `lc`'s entry. Safe with or without the entry lock (writers replace files atomically,
+    metadata last); writes nothing. Never raises.
 
     Returns (function, None) for a valid entry, (None, None) when there is no entry, and
-    (None, reason) for an insecure, corrupt or foreign one. Checks, in order: metadata file
-    (owner, mode, regular file), its JSON and fields against `env` and `lc`, the object file
-    (owner, mode, regular file), its size and sha256 against the metadata, then `loader`.
+    (None, reason) for an insecure, unreadable, corrupt or foreign one. Checks, in order:
+    metadata file (owner, mode, regular file, size), its JSON and fields against `env` and `lc`,
+    the object file (owner, mode, regular file), its size and sha256 against the metadata, then
+    `loader`.
     """
-    has_obj = os.path.lexists(entry.object_path)
-    if not os.path.lexists(entry.meta_path):
-        return None, ("has an object file but no metadata (interrupted write?)" if has_obj else None)
-    reason = insecure_reason(entry.meta_path, want_dir=False)
-    if reason is not None:
-        return None, reason
     try:
-        meta = json.loads(entry.meta_path.read_bytes())
-    except (OSError, ValueError) as e:
-        return None, f"metadata {entry.meta_path.name} is unreadable or not JSON ({e})"
+        has_obj = os.path.lexists(entry.object_path)
+        if not os.path.lexists(entry.meta_path):
+            return None, ("has an object file but no metadata (interrupted write?)" if has_obj else None)
+        reason = insecure_reason(entry.meta_path, want_dir=False)
+        if reason is not None:
+            return None, reason
+        if os.lstat(entry.meta_path).st_size > MAX_META_BYTES:
+            return None, f"metadata {entry.meta_path.name} is larger than {MAX_META_BYTES} bytes"
+        raw = read_file(entry.meta_path)
+    except OSError as e:
+        return None, f"metadata {entry.meta_path.name} is unreadable ({type(e).__name__}: {e})"
+    try:
+        meta = json.loads(raw)
+    except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep to parse
+        return None, f"metadata {entry.meta_path.name} is unreadable or not JSON ({type(e).__name__}: {str(e)[:200]})"
     reason = check_meta(lc, entry, env, meta)
     if reason is not None:
         return None, reason
-    if not has_obj:
-        return None, "metadata exists but the object file is missing"
-    reason = insecure_reason(entry.object_path, want_dir=False)
-    if reason is not None:
-        return None, reason
-    data = entry.object_path.read_bytes()
+    try:
+        if not has_obj:
+            return None, "metadata exists but the object file is missing"
+        reason = insecure_reason(entry.object_path, want_dir=False)
+        if reason is not None:
+            return None, reason
+        data = read_file(entry.object_path)
+    except OSError as e:
+        return None, f"object file {entry.object_path.name} is unreadable ({type(e).__name__}: {e})"
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != meta["object_size"] or digest != meta["object_sha256"]:
         return None, (
@@ -284,16 +390,33 @@ def read_entry(
         return None, f"failed to load ({type(e).__name__}: {str(e).strip()[:300]})"
 
 
+def remove_stale_temps(entry: EntryPaths) -> None:
+    """Remove temp files of this entry left by writers that died. Call with the entry lock held
+    (every writer of the entry holds it). Best effort: never raises."""
+    try:
+        for stale in entry.directory.glob(f".{entry.object_path.stem}.*tmp*"):
+            try:
+                if stale.is_dir() and not stale.is_symlink():
+                    shutil.rmtree(stale)
+                else:
+                    stale.unlink()
+            except OSError:
+                pass
+    except OSError:
+        pass
+
+
 def write_entry(lc: LayoutClass, entry: EntryPaths, env: BuildEnv, compiled: Any) -> None:
     """Export `compiled` (a TVM-FFI compiled function) as `lc`'s entry. Call with the entry lock held.
 
     The object goes to a 0600 temp file in the entry directory (`export_to_c`), is fsynced and
     os.replace'd into place; the metadata (with the object's sha256) follows the same way, last,
     so a reader never sees metadata describing a partial object. Temp files of this entry left by
-    a writer that died are removed first. Raises whatever export or the file system raises.
+    a writer that died are removed first, and a directory (or symlink) found where the object or
+    the metadata belongs is removed before the replace. Raises whatever export or the file
+    system raises.
     """
-    for stale in entry.directory.glob(f".{entry.object_path.stem}.*tmp*"):
-        stale.unlink(missing_ok=True)
+    remove_stale_temps(entry)
     tmp = entry.directory / f".{entry.object_path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.o"
     try:
         compiled.export_to_c(str(tmp), entry.function_name)
@@ -301,6 +424,7 @@ def write_entry(lc: LayoutClass, entry: EntryPaths, env: BuildEnv, compiled: Any
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
             data = f.read()
+        clear_slot(entry.object_path)
         os.replace(tmp, entry.object_path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -319,5 +443,6 @@ def write_entry(lc: LayoutClass, entry: EntryPaths, env: BuildEnv, compiled: Any
         "created_unix": time.time(),
         "created_by_pid": os.getpid(),
     }
+    clear_slot(entry.meta_path)
     atomic_write_bytes(entry.meta_path, json.dumps(meta, indent=1, sort_keys=True).encode())
     fsync_dir(entry.directory)

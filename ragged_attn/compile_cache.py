@@ -16,11 +16,23 @@ Rules (each with the test in tests/test_compile_cache.py that enforces it):
   env and class, and the sha256 of its object file matches the metadata. Anything else is
   rebuilt with a `CompileCacheWarning` naming the entry and the reason, never an error
   (test_corrupt_*, test_bad_metadata_*, test_foreign_*, test_group_or_other_writable_*,
-  test_*_owned_by_another_uid_*, test_symlinked_*).
+  test_*_owned_by_another_uid_*, test_symlinked_*; tests/test_cache_faults.py keeps the whole
+  damage catalogue).
+- The cache never raises for what it finds on disk, and never changes the mode of a directory
+  it did not create: the caller's directory (`RAGGED_ATTN_CACHE_DIR`, possibly shared, mode
+  1777 or a setgid group directory) keeps its mode; entries live in a private subdirectory
+  `uid<uid>/` that the cache creates 0700. A private subdirectory that is a symlink, another
+  uid's or group/other-writable is refused: warning, memory only.
+- An entry lock that cannot be taken (read-only mount, a directory without write permission,
+  a lock file of mode 0400, a directory or symlink in its place: the last two are removed and
+  the lock retried once; held past LOCK_TIMEOUT_S) warns and falls back to reading the entry
+  without the lock, which is safe (writers replace files atomically, metadata last): a valid
+  entry is a disk hit, anything else compiles in memory only and writes nothing.
 The disk mechanics (paths, permission checks, atomic read/write of one entry) live in cache_store.py.
 
-On-disk layout (`cache_dir()`, mode 0700):
-    <cache_dir>/<env dir>/                      one per BuildEnv, e.g. `dsl4.8.1-1a2b3c4d5e6f`
+On-disk layout (`cache_dir()`: created 0700 when missing, never changed when present):
+    <cache_dir>/uid<uid>/                       this user's private subdirectory, 0700
+      <env dir>/                                one per BuildEnv, e.g. `dsl4.8.1-1a2b3c4d5e6f`, 0700
         env.json                                the BuildEnv, for humans
         <layout_class.name>.o                   TVM-FFI object exporting `__tvm_ffi_<function name>`
         <layout_class.name>.json                metadata: class, build env, function name, sha256
@@ -158,12 +170,13 @@ class CompileCache:
         return Path(platformdirs.user_cache_dir("ragged_attn"))
 
     def entry_paths(self, layout_class: LayoutClass, directory: Path | None = None) -> EntryPaths:
-        """Where `layout_class`'s entry lives under `directory` (default `cache_dir()`); creates nothing.
-        Raises ValueError when the disk cache is off and no directory is given."""
+        """Where `layout_class`'s entry lives under `directory` (default `cache_dir()`), in this
+        user's private subdirectory; creates nothing. Raises ValueError when the disk cache is off
+        and no directory is given."""
         root = directory if directory is not None else self.cache_dir()
         if root is None:
             raise ValueError("the disk cache is off (RAGGED_ATTN_DISK_CACHE); no entry paths")
-        entry_dir = root / self.build_env.dir_name
+        entry_dir = root / cache_store.private_dir_name() / self.build_env.dir_name
         stem = layout_class.name
         fn_name = "ragged_attn_" + "".join(c if c.isalnum() else "_" for c in stem)
         return EntryPaths(
@@ -192,10 +205,12 @@ class CompileCache:
         (with the disk cache off, or when writing fails, it is `compile_fn`'s result itself).
         `progress_label`, if given, prints "compiling <label> ..." and the seconds to stderr.
 
-        Raises TypeError if `layout_class` is not a LayoutClass and whatever `compile_fn` raises.
-        Warns `CompileCacheWarning` (never raises) when an entry is corrupt, foreign, insecure or
-        cannot be written, or the directory is unusable; it then recompiles (memory only if the
-        directory itself is unusable).
+        Raises TypeError if `layout_class` is not a LayoutClass, ValueError for a bad
+        `RAGGED_ATTN_DISK_CACHE` value, and whatever `compile_fn` raises; nothing found on disk
+        raises. Warns `CompileCacheWarning` when an entry is corrupt, foreign, insecure,
+        unreadable or cannot be written (it recompiles and replaces the entry), when the entry
+        lock cannot be taken (a valid entry is still loaded; else it compiles in memory only),
+        or when the directory is unusable (memory only).
         """
         fn = self._memory.get(layout_class)
         if fn is not None:
@@ -233,34 +248,71 @@ class CompileCache:
             return self._compile(lc, compile_fn, label)
         try:
             entry = self.entry_paths(lc, root)
-            fixed = cache_store.prepare_root(root)
-            if fixed is not None:
-                self._warn(fixed)
+            cache_store.prepare_root(root)
             dir_reason = cache_store.prepare_env_dir(entry.directory, self.build_env)
         except (OSError, cache_store.DiskUnusable) as e:
             self._warn(f"cache directory {root} is not usable ({e}); compiling {lc.name} in memory only")
             return self._compile(lc, compile_fn, label)
 
+        lock = self._lock_entry(entry)
+        if lock is None:
+            return self._get_without_lock(lc, entry, compile_fn, label)
+        try:
+            reason = dir_reason
+            if reason is None:
+                fn, reason = cache_store.read_entry(lc, entry, self.build_env, self._loader)
+                if fn is not None:
+                    cache_store.remove_stale_temps(entry)
+                    self._info = dataclasses.replace(self._info, disk_hits=self._info.disk_hits + 1)
+                    return fn
+            if reason is not None:
+                self._warn(f"cache entry {entry.object_path}: {reason}; recompiling and replacing it")
+            compiled = self._compile(lc, compile_fn, label)
+            return self._store(lc, entry, compiled)
+        finally:
+            try:
+                lock.release()
+            except OSError:  # the lock file vanished or its file system went away: nothing to keep
+                pass
+
+    def _lock_entry(self, entry: EntryPaths):
+        """The entry's file lock, acquired; None (with a warning) when it cannot be taken. A
+        directory or symlink where the lock file belongs is removed and the lock retried once."""
         import filelock
 
-        try:
-            with filelock.FileLock(str(entry.lock_path), timeout=LOCK_TIMEOUT_S, mode=0o600):
-                reason = dir_reason
-                if reason is None:
-                    fn, reason = cache_store.read_entry(lc, entry, self.build_env, self._loader)
-                    if fn is not None:
-                        self._info = dataclasses.replace(self._info, disk_hits=self._info.disk_hits + 1)
-                        return fn
-                if reason is not None:
-                    self._warn(f"cache entry {entry.object_path}: {reason}; recompiling and replacing it")
-                compiled = self._compile(lc, compile_fn, label)
-                return self._store(lc, entry, compiled)
-        except filelock.Timeout:
-            self._warn(
-                f"cache entry {entry.object_path}: lock {entry.lock_path} still held after "
-                f"{LOCK_TIMEOUT_S:.0f} s; compiling {lc.name} in memory only"
-            )
-            return self._compile(lc, compile_fn, label)
+        lock = filelock.FileLock(str(entry.lock_path), timeout=LOCK_TIMEOUT_S, mode=0o600)
+        for attempt in range(2):
+            try:
+                lock.acquire()
+                return lock
+            except filelock.Timeout:
+                self._warn(
+                    f"cache entry {entry.object_path}: lock {entry.lock_path} still held after "
+                    f"{LOCK_TIMEOUT_S:g} s; reading the entry without it"
+                )
+                return None
+            except OSError as e:
+                if attempt == 0 and cache_store.clear_slot(entry.lock_path):
+                    continue
+                self._warn(
+                    f"cache entry {entry.object_path}: lock {entry.lock_path} cannot be taken "
+                    f"({type(e).__name__}: {e}); reading the entry without it"
+                )
+                return None
+        return None
+
+    def _get_without_lock(self, lc: LayoutClass, entry: EntryPaths, compile_fn: Callable, label: str | None):
+        """A valid entry is read as it is (writers replace files atomically, metadata last);
+        anything else compiles in memory only: without the lock nothing is written."""
+        fn, reason = cache_store.read_entry(lc, entry, self.build_env, self._loader)
+        if fn is not None:
+            self._info = dataclasses.replace(self._info, disk_hits=self._info.disk_hits + 1)
+            return fn
+        self._warn(
+            f"cache entry {entry.object_path}: {reason or 'no entry'} and no lock to write one; "
+            f"compiling {lc.name} in memory only"
+        )
+        return self._compile(lc, compile_fn, label)
 
     def _compile(self, lc: LayoutClass, compile_fn: Callable, label: str | None) -> Any:
         if label is not None:

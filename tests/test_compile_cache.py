@@ -191,7 +191,7 @@ def test_progress_label_reports_compiles_only(tmp_path, capsys):
 
 def test_entry_layout_and_metadata(tmp_path):
     _, entry = warm_entry(tmp_path)
-    assert entry.directory == tmp_path / "cache" / ENV.dir_name
+    assert entry.directory == tmp_path / "cache" / cache_store.private_dir_name() / ENV.dir_name
     assert ENV.dir_name.startswith("dsl4.8.1-")
     assert entry.object_path.name == f"{LC.name}.o" and entry.meta_path.name == f"{LC.name}.json"
     assert entry.function_name.isidentifier()
@@ -213,17 +213,26 @@ def test_directories_created_private_even_with_permissive_umask(tmp_path):
     finally:
         os.umask(old)
     assert mode_of(tmp_path / "cache") == 0o700
+    assert mode_of(entry.directory.parent) == 0o700, "the private subdirectory"
     assert mode_of(entry.directory) == 0o700
     assert mode_of(entry.object_path) == 0o600 and mode_of(entry.meta_path) == 0o600
 
 
-def test_group_writable_root_is_fixed_with_warning(tmp_path):
+@pytest.mark.parametrize("mode", [0o775, 0o1777, 0o2770])
+def test_shared_root_keeps_its_mode_and_gets_a_private_subdirectory(tmp_path, mode):
+    """A caller's shared directory (group-writable, sticky /tmp-like, setgid group) is never
+    chmodded; the entries go into a 0700 subdirectory the cache makes, and are trusted there."""
     root = tmp_path / "cache"
     root.mkdir()
-    os.chmod(root, 0o775)
-    with pytest.warns(CompileCacheWarning, match="writable by group/other"):
-        make_cache(tmp_path).get_kernel(LC, CountingCompile())
-    assert mode_of(root) == 0o700
+    os.chmod(root, mode)
+    cache = make_cache(tmp_path)
+    cache.get_kernel(LC, CountingCompile())
+    assert mode_of(root) == mode
+    private = root / cache_store.private_dir_name()
+    assert cache.entry_paths(LC).directory.parent == private and mode_of(private) == 0o700
+    again = make_cache(tmp_path)
+    again.get_kernel(LC, must_not_compile)
+    assert again.cache_info().disk_hits == 1 and mode_of(root) == mode
 
 
 # ---- the key ---------------------------------------------------------------------------------------
@@ -381,14 +390,29 @@ def test_object_owned_by_another_uid_is_rebuilt(tmp_path):
     assert_rebuilt(tmp_path, "owned by uid 12345")
 
 
-def test_cache_dir_owned_by_another_uid_is_not_used(tmp_path, monkeypatch):
+def test_private_subdirectory_owned_by_another_uid_is_not_used(tmp_path, monkeypatch):
+    """The caller's directory may be another uid's (a shared /tmp); the private subdirectory may
+    not: one this uid does not own is refused, never used or repaired."""
     monkeypatch.setattr(cache_store, "current_uid", lambda: os.getuid() + 1)
+    private = tmp_path / "cache" / cache_store.private_dir_name()
+    private.mkdir(parents=True, mode=0o700)  # owned by the real uid, not the one the cache sees
     cache = make_cache(tmp_path)
     compile_fn = CountingCompile()
-    with pytest.warns(CompileCacheWarning, match="not usable .*owned by uid"):
+    with pytest.warns(CompileCacheWarning, match="not usable .*private subdirectory .*owned by uid"):
         fn = cache.get_kernel(LC, compile_fn)
     assert isinstance(fn, FakeCompiled) and compile_fn.calls == [LC]
-    assert not (tmp_path / "cache" / ENV.dir_name).exists(), "nothing is written into a foreign directory"
+    assert list(private.iterdir()) == [], "nothing is written into a foreign directory"
+
+
+def test_root_owned_by_another_uid_is_used_through_the_private_subdirectory(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache_store, "current_uid", lambda: os.getuid() + 1)
+    (tmp_path / "cache").mkdir()  # the real uid's, not the one the cache sees
+    cache = make_cache(tmp_path)
+    cache.get_kernel(LC, CountingCompile())
+    # The private subdirectory is made by this process, so it is owned by the real uid: the fake
+    # uid refuses it on the next use, which shows the check runs on every use.
+    with pytest.warns(CompileCacheWarning, match="private subdirectory"):
+        make_cache(tmp_path).get_kernel(LC, CountingCompile())
 
 
 def test_unusable_cache_dir_falls_back_to_memory(tmp_path):
@@ -430,17 +454,30 @@ def test_stale_temp_files_of_a_dead_writer_are_removed(tmp_path):
     assert not any(p.exists() for p in stale) and other.exists()
 
 
-def test_lock_held_too_long_compiles_in_memory(tmp_path, monkeypatch):
+def test_lock_held_too_long_reads_a_valid_entry_without_it(tmp_path, monkeypatch):
     import filelock
 
     _, entry = warm_entry(tmp_path)
     monkeypatch.setattr(cc, "LOCK_TIMEOUT_S", 0.2)
     cache = make_cache(tmp_path)
-    compile_fn = CountingCompile()
     # Another process busy on this entry holds its lock.
     with filelock.FileLock(str(entry.lock_path)), pytest.warns(CompileCacheWarning, match="still held"):
+        fn = cache.get_kernel(LC, must_not_compile)
+    assert fn()[0] == "loaded" and cache.cache_info().disk_hits == 1
+
+
+def test_lock_held_too_long_without_an_entry_compiles_in_memory(tmp_path, monkeypatch):
+    import filelock
+
+    monkeypatch.setattr(cc, "LOCK_TIMEOUT_S", 0.2)
+    cache = make_cache(tmp_path)
+    entry = cache.entry_paths(LC)
+    entry.directory.mkdir(parents=True, mode=0o700)
+    compile_fn = CountingCompile()
+    with filelock.FileLock(str(entry.lock_path)), pytest.warns(CompileCacheWarning, match="in memory only"):
         fn = cache.get_kernel(LC, compile_fn)
     assert isinstance(fn, FakeCompiled) and compile_fn.calls == [LC]
+    assert not entry.object_path.exists() and not entry.meta_path.exists(), "nothing written without the lock"
 
 
 def test_threads_compile_one_class_once(tmp_path):
