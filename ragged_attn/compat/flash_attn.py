@@ -1,8 +1,75 @@
-"""FlashAttention's `flash_attn_varlen_func`, served by ragged_attn (FA2's conventions)."""
+"""FlashAttention's `flash_attn_varlen_func`, served by ragged_attn.
+
+`flash_attn_varlen_func` has flash-attn 2.8.3's signature (flash_attn/flash_attn_interface.py):
+the same 16 parameters in the same order with the same defaults, then, keyword-only, the varlen
+keywords of FlashAttention 4's `flash_attn.cute.flash_attn_varlen_func` (flash-attn-4 4.0.0b36)
+that FA2 lacks, with FA4's defaults, and `out` / `backend`. tests/test_compat_signatures.py checks
+both against tests/signatures/*.json, recorded from those releases' sources. For FA4's own
+positional order and its (out, lse) return, import ragged_attn.compat.flash_attn_cute instead.
+
+Rules for what is not served: an option that changes the numbers (dropout, ALiBi, softcap,
+learnable sinks, score/mask mods, block sparsity, qv / MLA absorption, top-k gather) declines with
+NotImplementedError naming it; an option that only steers the other library's scheduling (num_splits,
+pack_gqa, scheduler_metadata, seqlen_k_per_split, disable_scheduler_metadata, deterministic,
+min_seqlen_k) is accepted and has nothing to steer here, so results are unchanged.
+"""
 
 from __future__ import annotations
 
+import numbers
+
 from ..api import attention
+
+
+def window_of(window_size, causal: bool) -> tuple[int, int]:
+    """FA2's (left, right) with -1 (or any negative) unbounded, or FA4's None, as ragged_attn's pair.
+
+    With causal the right bound is 0, as FA2's mha_varlen_fwd and FA4's
+    _resolve_causal_local_window set it. Anything that is not a pair is passed through for
+    `attention` to name.
+    """
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        return window_size
+    left, right = (
+        -1 if side is None or (isinstance(side, numbers.Integral) and not isinstance(side, bool) and side < 0) else side
+        for side in window_size
+    )
+    if causal:
+        right = 0
+    return (left, right)
+
+
+def decline_unserved(**options) -> None:
+    """NotImplementedError naming the first option set to something ragged_attn does not compute."""
+    for name, value in options.items():
+        if name in ("dropout_p", "softcap"):
+            unset = value == 0.0 or value is None
+        else:
+            unset = value is None
+        if not unset:
+            what = {
+                "dropout_p": "ragged_attn is an inference forward (no dropout)",
+                "softcap": "logit soft-capping is not served yet",
+                "alibi_slopes": "ALiBi is not served yet",
+                "qv": "the MLA-absorbed qv term is not served",
+                "gather_kv_indices": "top-k KV gathering (sparse MLA) is not served",
+                "learnable_sink": "learnable attention sinks are not served yet",
+                "score_mod": "score modifiers are not served",
+                "score_mod_bwd": "score modifiers are not served",
+                "mask_mod": "mask modifiers are not served (use causal / window_size)",
+                "block_sparse_tensors": "block sparsity is not served",
+            }[name]
+            shown = f"{value!r}" if isinstance(value, (int, float)) else f"a {type(value).__name__}"
+            raise NotImplementedError(f"{name}: {what}, got {shown}")
+
+
+def check_gather_bwd(gather_bwd_recompute_p, gather_bwd_token_chunk) -> None:
+    """FA4's rule: the sparse-MLA backward options need gather_kv_indices (which declines before this)."""
+    if gather_bwd_recompute_p or gather_bwd_token_chunk is not None:
+        raise ValueError(
+            "gather_bwd_recompute_p: gather_bwd_recompute_p / gather_bwd_token_chunk only apply to sparse "
+            "top-k MLA attention (gather_kv_indices), which is not set"
+        )
 
 
 def flash_attn_varlen_func(
@@ -23,46 +90,88 @@ def flash_attn_varlen_func(
     return_attn_probs=False,
     block_table=None,
     *,
+    qv=None,
+    min_seqlen_k=None,
+    seqused_q=None,
+    seqused_k=None,
+    gather_kv_indices=None,
+    page_table=None,
+    learnable_sink=None,
+    num_splits=1,
+    pack_gqa=None,
+    score_mod=None,
+    score_mod_bwd=None,
+    mask_mod=None,
+    block_sparse_tensors=None,
+    aux_tensors=None,
+    aux_scalars=None,
+    return_lse=False,
+    scheduler_metadata=None,
+    seqlen_k_per_split=None,
+    disable_scheduler_metadata=False,
+    gather_bwd_recompute_p=False,
+    gather_bwd_token_chunk=None,
+    out=None,
     backend="auto",
 ):
-    """`flash_attn.flash_attn_varlen_func` (FlashAttention 2) on ragged_attn.
+    """`flash_attn.flash_attn_varlen_func` (FA2 2.8.3, FA4's varlen keywords too) on ragged_attn.
 
-    Args (FA2's names and meanings):
-        q: (total_q, H_q, D); k, v: (total_k, H_kv, D), or with block_table page pools
-            (num_blocks, page_block_size, H_kv, D) ("NHD"); fp16/bf16 on the kernel.
-        cu_seqlens_q, cu_seqlens_k: int32 (B + 1,) token offsets; with block_table, cu_seqlens_k
-            gives the key lengths (as in FA2).
-        max_seqlen_q, max_seqlen_k: Python ints.
-        softmax_scale: default 1 / sqrt(D). causal: bottom-right aligned (FA2 >= 2.1).
-        window_size: (left, right), -1 unbounded; with causal the right bound is forced to 0, as
-            FA2's mha_varlen_fwd does.
-        return_attn_probs: when True, return (out, softmax_lse, None): softmax_lse is float32
-            (H_q, total_q), natural log; the attention probabilities are never materialised (None).
-            Rows that see no key have LSE -inf (ragged_attn's convention and FA3/FA4's; FA2 writes
-            +inf there).
+    Args (FA2's names and meanings unless marked FA4 or ours):
+        q: (total_q, H_q, D); k, v: (total_k, H_kv, D), or with block_table / page_table page
+            pools (num_blocks, page_block_size, H_kv, D) ("NHD"); fp16/bf16 on the kernel.
+        cu_seqlens_q, cu_seqlens_k: int32 (B + 1,) token offsets; with a page table and no
+            seqused_k, cu_seqlens_k gives the key lengths (as in FA2); may be None with a page
+            table and seqused_k.
+        max_seqlen_q, max_seqlen_k: Python ints (or None: bounds unknown).
+        dropout_p: must be 0.0; softcap: must be 0.0 (or None); alibi_slopes: must be None.
+        softmax_scale: default 1 / sqrt(D). causal: bottom-right aligned (FA2 >= 2.1, FA4).
+        window_size: (left, right), -1 (FA2) or None (FA4) unbounded; with causal the right bound
+            is forced to 0, as FA2 and FA4 do.
         deterministic: accepted; the forward is deterministic anyway.
-        backend: ragged_attn's backend choice ("auto", "reference", "cute").
+        return_attn_probs: FA2's way to get the LSE: returns (out, softmax_lse, None). FA2 computes
+            the probabilities only with dropout_p > 0 (declined), returning None for them too.
+        block_table (FA2) / page_table (FA4): int32 (B, max_pages); pass one of them.
+        seqused_q, seqused_k (FA4): int32 (B,) rows used from each start.
+        return_lse (FA4): returns (out, softmax_lse) as FA4 does. Not with return_attn_probs.
+        qv, gather_kv_indices, learnable_sink, score_mod, score_mod_bwd, mask_mod,
+            block_sparse_tensors (FA4): must be None (NotImplementedError names the one set).
+        min_seqlen_k, num_splits, pack_gqa, scheduler_metadata, seqlen_k_per_split,
+            disable_scheduler_metadata (FA4): scheduling hints, accepted; ragged_attn never splits
+            KV, so results do not depend on them. aux_tensors, aux_scalars (FA4): inputs of the
+            mods, unused without them. gather_bwd_recompute_p, gather_bwd_token_chunk (FA4):
+            ValueError when set (they need gather_kv_indices, as FA4 says).
+        out (ours, FA3's name): optional (total_q, H_q, D_v) destination, q's dtype on the kernel.
+        backend (ours): "auto", "reference" or "cute".
+    softmax_lse is float32 (H_q, total_q), natural log (FA2/FA4's layout). Rows that see no key
+    have LSE -inf (ragged_attn's convention and FA3/FA4's; FA2 writes +inf there).
     Returns:
-        out (total_q, H_q, D), or (out, softmax_lse, None).
+        out (total_q, H_q, D_v); (out, softmax_lse, None) with return_attn_probs; (out,
+        softmax_lse) with return_lse.
     Raises:
-        NotImplementedError: dropout_p > 0, softcap != 0 or alibi_slopes (not served).
-        TypeError / ValueError / NotImplementedError: as `ragged_attn.attention`.
+        NotImplementedError: an unserved option above (named).
+        ValueError: block_table and page_table both given; return_lse with return_attn_probs;
+            gather_bwd_* set; otherwise TypeError / ValueError / NotImplementedError as
+            `ragged_attn.attention`.
     """
-    if dropout_p != 0.0:
-        raise NotImplementedError(f"dropout_p: ragged_attn is an inference forward, got dropout_p={dropout_p}")
-    if softcap != 0.0:
-        raise NotImplementedError(f"softcap: logit soft-capping is not served yet, got softcap={softcap}")
-    if alibi_slopes is not None:
-        raise NotImplementedError("alibi_slopes: ALiBi is not served yet, got a tensor")
-    if causal and isinstance(window_size, (tuple, list)) and len(window_size) == 2:
-        window_size = (window_size[0], 0)
+    decline_unserved(
+        dropout_p=dropout_p, softcap=softcap, alibi_slopes=alibi_slopes, qv=qv, gather_kv_indices=gather_kv_indices,
+        learnable_sink=learnable_sink, score_mod=score_mod, score_mod_bwd=score_mod_bwd, mask_mod=mask_mod,
+        block_sparse_tensors=block_sparse_tensors,
+    )  # fmt: skip
+    check_gather_bwd(gather_bwd_recompute_p, gather_bwd_token_chunk)
+    if block_table is not None and page_table is not None:
+        raise ValueError("page_table: FA2's block_table and FA4's page_table name the same table; pass one, got both")
+    if return_lse and return_attn_probs:
+        raise ValueError("return_lse: pass FA4's return_lse or FA2's return_attn_probs, got both")
+    want_lse = bool(return_attn_probs) or bool(return_lse)
     result = attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        page_table=block_table, kv_layout="NHD", causal=bool(causal), window_size=window_size,
-        softmax_scale=softmax_scale, return_lse=bool(return_attn_probs), lse_layout="head_major",
-        lse_base="ln", backend=backend,
+        seqused_q=seqused_q, seqused_k=seqused_k, page_table=block_table if block_table is not None else page_table,
+        kv_layout="NHD", causal=bool(causal), window_size=window_of(window_size, bool(causal)),
+        softmax_scale=softmax_scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln", out=out,
+        backend=backend,
     )  # fmt: skip
     if return_attn_probs:
-        out, lse = result
-        return out, lse, None
+        o, lse = result
+        return o, lse, None
     return result

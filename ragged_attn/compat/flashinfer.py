@@ -1,11 +1,17 @@
 """FlashInfer's `cudnn_batch_prefill_with_kv_cache`, served by ragged_attn.
 
-Conventions kept from FlashInfer (flashinfer/cudnn/prefill.py): q packed (total_tokens, H_q, D_qk);
-k/v either ragged (total_kv, H_kv, D) or page pools (num_pages, H_kv, page_size, D) ("HND") with
-block_tables (B, max_pages); lengths (B,) or (B, 1, 1, 1); batch offsets (B + 1, 1, 1, 1) in
-elements (cumsum * H * D) or tokens; causal is bottom-right; LSE float32 (B, max_token_per_sequence,
-H_q), log2 by default since FlashInfer PR #5257 ("ln" on request). Rows of the LSE past a
-sequence's length hold -inf.
+The signature is flashinfer-python 0.7.2's (flashinfer/cudnn/prefill.py), parameter for parameter:
+names, kinds, defaults and order (tests/test_compat_signatures.py compares it with
+tests/signatures/flashinfer-python-0.7.2.json, recorded from that release's source), plus
+ragged_attn's own `ragged_attn_backend` keyword at the end.
+
+Conventions kept from FlashInfer: q packed (total_tokens, H_q, D_qk); k/v either ragged
+(total_kv, H_kv, D) or page pools (num_pages, H_kv, page_size, D) ("HND") with block_tables
+(B, max_pages); lengths (B,) or (B, 1, 1, 1), optional when token-unit indptrs imply them; batch
+offsets (B + 1, 1, 1, 1) in elements (cumsum * H * D) or tokens; with token units the output
+offsets default to q's and v's to k's; causal is bottom-right; LSE float32
+(B, max_token_per_sequence, H_q), or packed (num_tokens, H_q) at `batch_offsets_stats`, log2 by
+default ("ln" on request). Rows of a padded LSE past a sequence's length hold -inf.
 
 Everything is translated on the device with torch ops (no device-to-host reads), so the call is
 CUDA-graph capturable whatever `is_cuda_graph_compatible` says.
@@ -33,6 +39,34 @@ def _lengths(name: str, x, batch: int | None, device) -> torch.Tensor:
     if batch is not None and x.shape[0] != batch:
         raise ValueError(f"{name}: expected {batch} lengths (those of actual_seq_lens_q), got {x.shape[0]}")
     return x.to(device, non_blocking=True)
+
+
+def _indptr(name: str, offsets, device) -> torch.Tensor:
+    """A token-unit (B + 1,) indptr given in place of lengths, flattened (FlashInfer's (B + 1, 1, 1, 1) too)."""
+    offsets = chk.tensor(name, offsets, rank=(1, 4))
+    if offsets.dtype != torch.int32:
+        raise TypeError(f"{name}: expected dtype int32, got {chk.dtype_name(offsets.dtype)}")
+    if offsets.dim() == 4 and tuple(offsets.shape[1:]) != (1, 1, 1):
+        raise ValueError(f"{name}: expected shape (B + 1,) or (B + 1, 1, 1, 1), got {tuple(offsets.shape)}")
+    if offsets.numel() < 1:
+        raise ValueError(f"{name}: expected B + 1 >= 1 offsets, got an empty tensor")
+    chk.same_device(name, offsets, device)
+    return offsets.reshape(-1)
+
+
+def _seq_lens(name: str, given, offsets_name: str, offsets, units: str, batch: int | None, device) -> torch.Tensor:
+    """(B,) int32 lengths: the given ones, or differences of a token-unit indptr (FlashInfer 0.7.2's rule)."""
+    if given is not None:
+        return _lengths(name, given, batch, device)
+    if units != "tokens" or offsets is None:
+        raise ValueError(
+            f"{name}: may be omitted only with batch_offsets_units='tokens' and {offsets_name} set "
+            f"(the lengths are then its differences), got None"
+        )
+    flat = _indptr(offsets_name, offsets, device)
+    if batch is not None and flat.shape[0] != batch + 1:
+        raise ValueError(f"{offsets_name}: expected B + 1 = {batch + 1} offsets, got shape {tuple(offsets.shape)}")
+    return flat[1:] - flat[:-1]
 
 
 def _starts(name: str, offsets, lengths: torch.Tensor, per_token: int, units: str, total: int) -> torch.Tensor:
@@ -79,11 +113,14 @@ def cudnn_batch_prefill_with_kv_cache(
     *,
     max_token_per_sequence,
     max_sequence_kv,
-    actual_seq_lens_q,
-    actual_seq_lens_kv,
+    actual_seq_lens_q=None,
+    actual_seq_lens_kv=None,
     block_tables=None,
     causal,
     return_lse,
+    q_scale=None,
+    k_scale=None,
+    v_scale=None,
     batch_offsets_q=None,
     batch_offsets_o=None,
     batch_offsets_k=None,
@@ -98,58 +135,88 @@ def cudnn_batch_prefill_with_kv_cache(
     lse_base="log2",
     ragged_attn_backend="auto",
 ):
-    """`flashinfer.cudnn_batch_prefill_with_kv_cache` on ragged_attn, same arguments and results.
+    """`flashinfer.cudnn_batch_prefill_with_kv_cache` (flashinfer-python 0.7.2) on ragged_attn.
 
-    Args (FlashInfer's names):
+    Same parameters (names, kinds, defaults, order) and results as FlashInfer's; the conventions
+    below are FlashInfer's (flashinfer/cudnn/prefill.py) unless marked as ours.
+
+    Args:
         q: (total_tokens, H_q, D_qk), fp16/bf16.
         k_cache, v_cache: page pools (num_pages, H_kv, page_size, D) with block_tables
             (B, max_pages) int32, or ragged (total_kv, H_kv, D).
         scale: softmax scale (float).
-        workspace_buffer: accepted and unused (ragged_attn needs no workspace).
+        workspace_buffer: accepted and unused (ragged_attn needs no workspace; None is fine).
         max_token_per_sequence, max_sequence_kv: Python ints, the longest query / key sequence;
             max_token_per_sequence is the s_max of the padded LSE.
         actual_seq_lens_q, actual_seq_lens_kv: int32 (B,) or (B, 1, 1, 1), on the CPU or q's device
-            (moved to the device without a sync).
-        causal: bottom-right aligned causal mask.
-        return_lse: also return the LSE, float32 (B, max_token_per_sequence, H_q), rows past each
-            length -inf. `lse` may be a caller's buffer of that shape (any compact dim order).
-        batch_offsets_q/_k/_v/_o: (B + 1, 1, 1, 1) (or (B + 1,)) int32 start offsets of each
-            sequence, in `batch_offsets_units`: "elements" (token offset * H * D of that tensor, as
-            FlashInfer's tests build them) or "tokens". Offsets may leave gaps between sequences.
-            When B > 1 and none are given, q/k/v/o are taken as packed back to back: the offsets are
-            derived from the lengths on the device (FlashInfer itself once produced silent garbage
-            in that case). Output offsets that differ from q's are served by a device-side copy.
-            batch_offsets_v must describe the same token starts as batch_offsets_k (FlashInfer
-            builds both from one cumsum); only batch_offsets_k is read.
-        batch_offsets_stats: start offsets of each sequence's LSE rows in elements (token * H_q) or
-            tokens; given, the LSE is written packed (token-major) at those offsets into `lse`'s
-            storage instead of padded. Served by a device-side copy.
+            (moved to the device without a sync). Each may be omitted with
+            batch_offsets_units="tokens" and batch_offsets_q (for _q) / batch_offsets_k (for _kv)
+            set: the lengths are the differences of that indptr, on the device. Otherwise omitting
+            one is a ValueError (FlashInfer's rule).
+        block_tables: int32 (B, max_pages) page ids, or None for ragged KV.
+        causal: bool, bottom-right aligned causal mask.
+        return_lse: also return the LSE (float32).
+        q_scale, k_scale, v_scale: FP8 dequantization scales; None is accepted, a tensor raises
+            NotImplementedError (fp8 is not served yet).
+        batch_offsets_q/_k/_v/_o: (B + 1,) or (B + 1, 1, 1, 1) int32 start offsets of each
+            sequence in `batch_offsets_units`: "elements" (token offset * H * D of that tensor) or
+            "tokens" (indptrs). Offsets may leave gaps between sequences; the last entry only
+            bounds the last sequence (its rows are its length from its start). Defaults: with
+            "tokens", o from q and v from k (FlashInfer's); with "elements", an offset not given
+            means packed back to back from row 0 (the cumsum of the lengths): for B = 1 that is
+            where FlashInfer writes, for B > 1 FlashInfer raises and ragged_attn serves it (ours).
+            Output offsets that differ from q's are served by a device-side copy. batch_offsets_v
+            must describe the same token starts as batch_offsets_k (FlashInfer builds both from one
+            cumsum); only batch_offsets_k is read.
+        batch_offsets_stats: start offsets of each sequence's LSE rows in elements (token * H_q)
+            or tokens; given (with return_lse), the LSE is written token-major at those offsets
+            into `lse`'s storage instead of padded (a device-side copy).
+        batch_offsets_units: "elements" or "tokens"; anything else is a ValueError.
+        out: optional (total_tokens, H_q, D_v) destination (rows at batch_offsets_o when given).
+        lse: optional float32 destination: (B, max_token_per_sequence, H_q) (padded; any compact
+            dim order, s_max >= max_token_per_sequence) or, with batch_offsets_stats, a contiguous
+            (num_tokens, H_q) or (B, max_token_per_sequence, H_q) buffer whose rows are addressed
+            by the stats offsets. Ignored (and None returned) when return_lse is False, as in FlashInfer.
         is_cuda_graph_compatible: accepted; every call is capturable.
         backend: FlashInfer's backend choice (None / "cudnn" / "cubin"), accepted and ignored.
         o_data_type: output dtype (default q's). The kernels write q's dtype; another dtype runs on
-            the reference backend only.
-        lse_base: "log2" (FlashInfer's current default) or "ln".
-        ragged_attn_backend: ragged_attn's backend ("auto", "reference", "cute").
+            the reference backend only (NotImplementedError on the kernel).
+        lse_base: "log2" (FlashInfer's default) or "ln".
+        ragged_attn_backend: ragged_attn's backend ("auto", "reference", "cute"); ours.
     Returns:
-        (out (total_tokens, H_q, D_v), lse or None).
+        (out (total_tokens, H_q, D_v), lse or None). Without a caller's lse and with
+        batch_offsets_stats, lse is a (B, max_token_per_sequence, H_q) allocation holding the
+        packed rows, -inf elsewhere (what FlashInfer allocates).
     Raises:
-        TypeError / ValueError: bad arguments (named); NotImplementedError: as `ragged_attn.attention`.
+        TypeError / ValueError: bad arguments (named); NotImplementedError: fp8 scales, or as
+        `ragged_attn.attention`.
     """
     q = chk.tensor("q", q, rank=3)
     chk.choice("batch_offsets_units", batch_offsets_units, OFFSET_UNITS)
     if not isinstance(causal, bool):
         raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
-    lens_q = _lengths("actual_seq_lens_q", actual_seq_lens_q, None, q.device)
+    for name, x in (("q_scale", q_scale), ("k_scale", k_scale), ("v_scale", v_scale)):
+        if x is not None:
+            raise NotImplementedError(f"{name}: FP8 dequantization scales are not served yet (fp8 inputs are not); pass None")
+    if not return_lse:  # FlashInfer ignores a passed lse then and returns None
+        lse = None
+    units = batch_offsets_units
+    if units == "tokens":  # FlashInfer's defaults for token-unit indptrs
+        if batch_offsets_o is None:
+            batch_offsets_o = batch_offsets_q
+        if batch_offsets_v is None:
+            batch_offsets_v = batch_offsets_k
+    lens_q = _seq_lens("actual_seq_lens_q", actual_seq_lens_q, "batch_offsets_q", batch_offsets_q, units, None, q.device)
     batch = lens_q.shape[0]
-    lens_k = _lengths("actual_seq_lens_kv", actual_seq_lens_kv, batch, q.device)
+    lens_k = _seq_lens("actual_seq_lens_kv", actual_seq_lens_kv, "batch_offsets_k", batch_offsets_k, units, batch, q.device)
     paged = block_tables is not None
     if not isinstance(k_cache, torch.Tensor) or not isinstance(v_cache, torch.Tensor):
         raise TypeError("k_cache: expected torch.Tensor k_cache and v_cache")
     h_q, d_qk = q.shape[1], q.shape[2]
     h_kv = k_cache.shape[1]
     d_v = v_cache.shape[-1]
-    units = batch_offsets_units
-    starts_q = _starts("batch_offsets_q", batch_offsets_q, lens_q, h_q * d_qk, units, q.shape[0])
+    num_tokens = q.shape[0]
+    starts_q = _starts("batch_offsets_q", batch_offsets_q, lens_q, h_q * d_qk, units, num_tokens)
     if paged:
         starts_k = None
     else:
@@ -158,7 +225,9 @@ def cudnn_batch_prefill_with_kv_cache(
     out_dtype = o_data_type if o_data_type is not None else q.dtype
     chk.python_int("max_token_per_sequence", max_token_per_sequence, minimum=0, allow_none=False)
     chk.python_int("max_sequence_kv", max_sequence_kv, minimum=0, allow_none=False)
-    o_separate = batch_offsets_o is not None and batch_offsets_o is not batch_offsets_q
+    # Output rows sit at q's starts unless batch_offsets_o says otherwise (or, in element units
+    # without it, packed from row 0 while q has offsets of its own).
+    o_separate = batch_offsets_o is not batch_offsets_q
     stats_packed = return_lse and batch_offsets_stats is not None
     # Everything is checked before anything is written, the copy paths included.
     if out is not None:
@@ -174,23 +243,27 @@ def cudnn_batch_prefill_with_kv_cache(
                 if chk.overlaps(out, x):
                     raise ValueError(f"out: expected memory apart from the inputs, got a tensor overlapping {name}")
     if o_separate:
-        rows_o = out.shape[0] if out is not None else q.shape[0]
+        rows_o = out.shape[0] if out is not None else num_tokens
         starts_o = _starts("batch_offsets_o", batch_offsets_o, lens_q, h_q * d_v, units, rows_o)
     if stats_packed:
         if lse is not None:
-            lse = chk.tensor("lse", lse, rank=3)
+            lse = chk.tensor("lse", lse, rank=(2, 3))
             if lse.dtype != torch.float32:
                 raise TypeError(f"lse: expected dtype float32, got {chk.dtype_name(lse.dtype)}")
-            if not lse.is_contiguous() or lse.shape[-1] != h_q:
-                raise ValueError(f"lse: expected a contiguous (B, s_max, {h_q}) buffer with batch_offsets_stats, got "
-                                 f"shape {tuple(lse.shape)} strides {lse.stride()}")
+            shapes = ((num_tokens, h_q), (batch, max_token_per_sequence, h_q))
+            if tuple(lse.shape) not in shapes or not lse.is_contiguous():
+                raise ValueError(
+                    f"lse: expected a contiguous buffer of shape {shapes[0]} (num_tokens, H_q) or {shapes[1]} "
+                    f"(B, max_token_per_sequence, H_q) with batch_offsets_stats, got shape {tuple(lse.shape)} "
+                    f"strides {lse.stride()}"
+                )
             chk.same_device("lse", lse, q.device)
         rows_s = lse.numel() // h_q if lse is not None else batch * max_token_per_sequence
         starts_s = _starts("batch_offsets_stats", batch_offsets_stats, lens_q, h_q, units, rows_s)
     target_out = out
     if target_out is None:
-        target_out = torch.empty(q.shape[0], h_q, d_v, dtype=out_dtype, device=q.device)
-    work_out = torch.empty(q.shape[0], h_q, d_v, dtype=out_dtype, device=q.device) if o_separate else target_out
+        target_out = torch.empty(num_tokens, h_q, d_v, dtype=out_dtype, device=q.device)
+    work_out = torch.empty(num_tokens, h_q, d_v, dtype=out_dtype, device=q.device) if o_separate else target_out
     if return_lse and lse is None:  # packed stats leave rows outside every sequence: -inf there
         alloc = torch.full if stats_packed else lambda shape, _, **kw: torch.empty(shape, **kw)
         lse = alloc((batch, max_token_per_sequence, h_q), -math.inf, dtype=torch.float32, device=q.device)

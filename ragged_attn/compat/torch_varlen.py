@@ -1,4 +1,12 @@
-"""torch's `torch.nn.attention.varlen.varlen_attn`, served by ragged_attn (torch 2.11's argument order)."""
+"""torch's `torch.nn.attention.varlen.varlen_attn`, served by ragged_attn.
+
+One signature accepts every call of torch 2.10-2.13 (torch 2.9 ships no torch.nn.attention.varlen):
+torch 2.10's `(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False,
+return_aux=None)` with both trailing parameters positional, and torch 2.11-2.13's keyword-only
+`return_aux, scale, window_size` (2.11) plus `enable_gqa, seqused_k, block_table, num_splits`
+(2.12, 2.13), then ragged_attn's `backend`. tests/test_compat_signatures.py binds each recorded
+signature (tests/signatures/torch-*.json, from those wheels' sources) to this one.
+"""
 
 from __future__ import annotations
 
@@ -13,15 +21,15 @@ def varlen_attn(
     cu_seq_k,
     max_q,
     max_k,
-    *,
+    is_causal=False,
     return_aux=None,
+    *,
     scale=None,
     window_size=(-1, -1),
     enable_gqa=False,
     seqused_k=None,
     block_table=None,
     num_splits=None,
-    is_causal=False,
     backend="auto",
 ):
     """`torch.nn.attention.varlen.varlen_attn` on ragged_attn.
@@ -32,9 +40,12 @@ def varlen_attn(
         window_size (left, right): (-1, 0) is causal, (W, 0) causal with a window of W, all
         bottom-right aligned (FlashAttention's frame, as torch's FA2 backend);
         return_aux: an object with a truthy `.lse` (torch's AuxRequest) to also get the LSE.
-        enable_gqa: required (as in torch) when H_q != H_kv.
+        enable_gqa: required (as in torch 2.12+) when H_q != H_kv. torch 2.10-2.11 have no such
+            flag and took equal head counts only (docs/DESIGN.md, peer facts), so their calls
+            have nothing to add.
         num_splits: accepted; ragged_attn never splits KV, so results are batch-invariant anyway.
-        is_causal: torch 2.9-2.10's spelling of window_size=(-1, 0).
+        is_causal: torch 2.10's spelling of window_size=(-1, 0) (its 8th positional parameter;
+            return_aux is its 9th). torch 2.11+ has no is_causal: position 8 was keyword-only there.
         backend: ragged_attn's backend choice ("auto", "reference", "cute").
     Returns:
         output (T_q, H_q, D), or (output, lse) with lse float32 (H_q, T_q), natural log (what
