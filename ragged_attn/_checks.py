@@ -132,8 +132,9 @@ def choice(name: str, x, allowed: tuple) -> None:
 
 
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True when the memory spans of a and b intersect (conservative: spans, not exact elements)."""
-    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+    """True when the memory spans of a and b intersect (conservative: spans, not exact elements).
+    Meta tensors have no memory (every data_ptr is 0), so they overlap nothing."""
+    if a.device != b.device or a.device.type == "meta" or a.numel() == 0 or b.numel() == 0:
         return False
     a_lo = a.data_ptr()
     a_hi = a_lo + (sum((n - 1) * s for n, s in zip(a.shape, a.stride())) + 1) * a.element_size()

@@ -9,7 +9,8 @@ Rules (DESIGN.md contract 4):
 - `try_launch` checks in Python only what that entry cannot see: the call's needs that the fast
   path leaves to the checked path (a caller's LSE buffer, paged KV, empty tensors), the kernel's
   limits (tokens, sequences, heads), H_q % H_kv, the class's head-dim envelope, the device of the
-  plan, seqused shapes, and that a caller's `out` overlaps neither itself nor q, k, v.
+  plan, seqused shapes, and that a caller's `out` overlaps neither itself nor any input (q, k, v,
+  cu_seqlens_q/k, seqused_q/k; a page_table always takes the checked path): data_ptr ranges only.
 - When any of them fails it returns None and the caller runs the full checks, which raise the
   named error or serve the call. Nothing is written before every check has passed.
 - It reads no device memory and allocates only out / lse.
@@ -133,6 +134,21 @@ class BoundKernel:
                 if p < hi:
                     s0, s1, _ = v.stride()
                     if p + ((total_k - 1) * s0 + (h_kv - 1) * s1 + d_v) * 2 > lo:
+                        return None
+                # The int32 metadata (4-byte elements): the kernel reads it while it writes out.
+                p = cu_q.data_ptr()
+                if p < hi and p + ((cu_q.shape[0] - 1) * cu_q.stride(0) + 1) * 4 > lo:
+                    return None
+                p = cu_k.data_ptr()
+                if p < hi and p + ((cu_k.shape[0] - 1) * cu_k.stride(0) + 1) * 4 > lo:
+                    return None
+                if flag_q:
+                    p = used_q.data_ptr()
+                    if p < hi and p + ((batch - 1) * used_q.stride(0) + 1) * 4 > lo:
+                        return None
+                if flag_k:
+                    p = used_k.data_ptr()
+                    if p < hi and p + ((batch - 1) * used_k.stride(0) + 1) * 4 > lo:
                         return None
         except (AttributeError, TypeError, ValueError, IndexError):  # not a tensor, or the wrong rank
             return None

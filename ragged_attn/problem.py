@@ -290,8 +290,10 @@ def build_problem(
             raise TypeError(f"out: expected dtype {chk.dtype_name(out_dtype)}, got {chk.dtype_name(out.dtype)}")
         chk.last_dim_contiguous("out", out)
         chk.not_self_overlapping("out", out)
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if chk.overlaps(out, x):
+        inputs = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                  ("seqused_q", seqused_q), ("seqused_k", seqused_k), ("page_table", page_table))  # fmt: skip
+        for name, x in inputs:
+            if x is not None and chk.overlaps(out, x):
                 raise ValueError(f"out: expected memory apart from the inputs, got a tensor overlapping {name}")
     if out_dtype not in chk.INPUT_DTYPES:
         raise TypeError(f"out_dtype: expected float16, bfloat16 or float32, got {chk.dtype_name(out_dtype)}")
@@ -348,7 +350,8 @@ def build_problem(
     )
     if lse is not None:
         check_lse_buffer(problem, lse)
-        for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+        for name, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                        ("seqused_q", seqused_q), ("seqused_k", seqused_k), ("page_table", page_table), ("out", out)):  # fmt: skip
             if x is not None and chk.overlaps(lse, x):
                 raise ValueError(f"lse: expected memory apart from the inputs and out, got a tensor overlapping {name}")
     if q.dtype in chk.KERNEL_DTYPES:

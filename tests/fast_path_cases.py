@@ -89,7 +89,23 @@ PREDICATE_MUTATIONS = {
     "out-overlaps-v": lambda a: a.update(out=_overlapping_out(a)),
     "out-expanded": lambda a: a.update(out=_like(a, (1, 8, 128)).expand(40, 8, 128)),
     "out-heads-share-rows": lambda a: a.update(out=_like(a, (40, 8, 128)).as_strided((40, 8, 128), (128, 128, 1))),
+    # Issue 11: an out holding the metadata the kernel reads while it writes out.
+    "out-overlaps-cu-q": lambda a: _metadata_inside_out(a, "cu_q", [0, 10, 40]),
+    "out-overlaps-cu-k": lambda a: _metadata_inside_out(a, "cu_k", [0, 20, 50]),
+    "out-overlaps-seqused-q": lambda a: _metadata_inside_out(a, "seqused_q", [5, 7]),
+    "out-overlaps-seqused-k": lambda a: _metadata_inside_out(a, "seqused_k", [5, 7]),
+    "out-ends-on-cu-q": lambda a: _metadata_inside_out(a, "cu_q", [0, 10, 40], at=40 * 8 * 128 // 2 - 1),
 }
+
+
+def _metadata_inside_out(a, name, values, at=256):
+    """An out whose bytes hold `values` as int32 at int32 offset `at` (the last one may run past
+    out's end), passed as argument `name`: out[...] and the metadata share memory."""
+    device = a["q"].device
+    buf = torch.zeros(40 * 8 * 128 + 2 * len(values), device=device).to(BF16)
+    view = buf.view(torch.int32)[at : at + len(values)]
+    view.copy_(torch.tensor(values, dtype=torch.int32, device=device))
+    a["out"], a[name] = buf[: 40 * 8 * 128].view(40, 8, 128), view
 
 
 def _overlapping_out(a):

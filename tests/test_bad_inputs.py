@@ -49,6 +49,19 @@ def _strided_rows(x, pad):
     return base[..., : x.shape[2]]
 
 
+def _inside(kw, buffer, name, values):
+    """Pass as `name` an int32 view into `buffer`'s bytes holding `values` (its valid contents)."""
+    flat = kw[buffer].view(-1).view(torch.int32) if buffer == "out" else kw[buffer].view(-1)
+    view = flat.view(torch.int32)[64 : 64 + len(values)]
+    view.copy_(torch.tensor(values, dtype=torch.int32).view(-1))
+    kw[name] = view.view(torch.tensor(values).shape)
+
+
+def _lse_holding(kw, name, values):
+    kw.update(return_lse=True, lse=torch.full((H_Q, TOTAL), 5.0))
+    _inside(kw, "lse", name, values)
+
+
 # (id, exception, words the message must contain, mutation of the valid kwargs)
 BAD = [
     ("q-not-tensor", TypeError, ["q", "torch.Tensor"], lambda kw: kw.update(q=kw["q"].tolist())),
@@ -115,6 +128,18 @@ BAD = [
         return_lse=True, lse=kw["q"].view(torch.float32).reshape(-1)[: H_Q * TOTAL].view(H_Q, TOTAL))),
     ("lse-aliases-out", ValueError, ["lse", "overlapping out"], lambda kw: kw.update(
         return_lse=True, lse=kw["out"].view(torch.float32).reshape(-1)[: H_Q * TOTAL].view(H_Q, TOTAL))),
+    ("out-overlaps-cu-seqlens-q", ValueError, ["out", "overlapping cu_seqlens_q"],
+     lambda kw: _inside(kw, "out", "cu_seqlens_q", [0, 5, 5, 16])),
+    ("out-overlaps-cu-seqlens-k", ValueError, ["out", "overlapping cu_seqlens_k"],
+     lambda kw: _inside(kw, "out", "cu_seqlens_k", [0, 5, 5, 16])),
+    ("out-overlaps-seqused-q", ValueError, ["out", "overlapping seqused_q"],
+     lambda kw: _inside(kw, "out", "seqused_q", [5, 0, 11])),
+    ("out-overlaps-seqused-k", ValueError, ["out", "overlapping seqused_k"],
+     lambda kw: _inside(kw, "out", "seqused_k", [5, 0, 11])),
+    ("lse-overlaps-cu-seqlens-q", ValueError, ["lse", "overlapping cu_seqlens_q"],
+     lambda kw: _lse_holding(kw, "cu_seqlens_q", [0, 5, 5, 16])),
+    ("lse-overlaps-seqused-k", ValueError, ["lse", "overlapping seqused_k"],
+     lambda kw: _lse_holding(kw, "seqused_k", [5, 0, 11])),
     ("kv-layout-bad", ValueError, ["kv_layout", "HND"], lambda kw: kw.update(kv_layout="NDH")),
     ("backend-bad", ValueError, ["backend", "reference"], lambda kw: kw.update(backend="triton")),
 ]
@@ -126,20 +151,34 @@ BAD_PAGED = [
     ("paged-no-lengths", ValueError, ["seqused_k", "page pools"], lambda kw: kw.update(seqused_k=None)),
     ("paged-k-rank", ValueError, ["k", "4-D"], lambda kw: kw.update(k=kw["k"][0])),
     ("paged-v-pool-differs", ValueError, ["v", "pool shape"], lambda kw: kw.update(v=torch.randn(4, 8, H_KV, D).bfloat16())),
+    # Issue 11: an out over the page table was written, overwrote the table, then raised IndexError.
+    ("out-overlaps-page-table", ValueError, ["out", "overlapping page_table"],
+     lambda kw: _inside(kw, "out", "page_table", [[0], [1], [2]])),
+    ("out-overlaps-paged-seqused-k", ValueError, ["out", "overlapping seqused_k"],
+     lambda kw: _inside(kw, "out", "seqused_k", [5, 0, 11])),
+    ("lse-overlaps-page-table", ValueError, ["lse", "overlapping page_table"],
+     lambda kw: _lse_holding(kw, "page_table", [[0], [1], [2]])),
 ]
+
+
+def _bytes(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous().view(-1).view(torch.uint8)
 
 
 def _run_bad(make, exc, words, mutate):
     kw = make()
-    out = kw["out"]
     mutate(kw)
+    # Bit patterns of every tensor argument after the mutation (some share memory on purpose).
+    before = {name: x.clone() for name, x in kw.items() if isinstance(x, torch.Tensor) and x.device.type == "cpu"}
     with pytest.raises(exc) as info:
         ragged_attn.attention(**kw)
     message = str(info.value)
     for word in words:
         assert word in message, f"message {message!r} lacks {word!r}"
-    if isinstance(out, torch.Tensor):
-        assert torch.all(out == 3.0), "out was written before the error"
+    for name, x in before.items():
+        assert torch.equal(_bytes(kw[name]), _bytes(x)), (
+            f"{name} was written before the error"
+        )
 
 
 @pytest.mark.parametrize("exc,words,mutate", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
@@ -165,3 +204,23 @@ def test_cute_backend_on_cpu_declines_with_reason():
     with pytest.raises(NotImplementedError, match='backend="reference"'):
         ragged_attn.attention(**kw, backend="cute")
     assert torch.all(kw["out"] == 3.0)
+
+
+def test_all_meta_call_with_out_names_the_meta_tensors():
+    """Meta tensors share no memory (every data_ptr is 0): the error is the meta one, not an overlap."""
+    kw = {name: x.to("meta") if isinstance(x, torch.Tensor) else x for name, x in valid_call().items()}
+    with pytest.raises(ValueError, match="meta tensors carry no data") as info:
+        ragged_attn.attention(**kw)
+    assert "overlapping" not in str(info.value)
+
+
+def test_out_apart_from_the_metadata_passes():
+    """Neighbouring but disjoint memory is not an overlap: metadata stored right after out's end."""
+    kw = valid_call()
+    buf = torch.full((TOTAL * H_Q * D + 8,), 3.0, dtype=torch.bfloat16)
+    kw["out"] = buf[: TOTAL * H_Q * D].view(TOTAL, H_Q, D)
+    tail = buf[TOTAL * H_Q * D :].view(torch.int32)
+    tail.copy_(torch.tensor([0, 5, 5, 16], dtype=torch.int32))
+    kw["cu_seqlens_q"] = tail
+    out = ragged_attn.attention(**kw)
+    assert out is kw["out"] and torch.isfinite(out).all() and tail.tolist() == [0, 5, 5, 16]
