@@ -3,6 +3,13 @@
 Float32 scores, softmax and P @ V whatever the input dtype, one sequence at a time, queries in
 chunks so long sequences fit in memory. It reads the lengths back to the host (`.tolist()`): it is
 the oracle, not the product path. Every value check happens before anything is written.
+
+Non-finite inputs (the one definition, docs/SUPPORT_MATRIX.md "Non-finite inputs"): row i of a
+sequence is computed over the keys it may see (causal / window / lengths) and over nothing else,
+in IEEE arithmetic. A NaN (or inf) in a key or value that the row may not see never reaches it; a
+NaN in a key it may see makes its output and LSE NaN, a NaN in a value it may see makes that
+column of its output NaN. (`probs @ V` alone would spread `0 * NaN` from masked keys:
+`_masked_pv` keeps them out, tests/test_reference.py checks it against a per-row float64 loop.)
 """
 
 from __future__ import annotations
@@ -107,6 +114,28 @@ def _gather_kv(t: Tensors, problem: Problem, b: int, start: int, length: int) ->
     return gather(t.k), gather(t.v)
 
 
+def _masked_pv(probs: torch.Tensor, vf: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+    """probs @ vf summed over the keys each row may see only, for a vf with non-finite entries.
+
+    probs: (H, r, lk), exactly 0 where a row may not see a key; vf: (H, lk, Dv); seen: (r, lk)
+    bool. The finite part is one matmul with the non-finite entries zeroed; the non-finite
+    entries then apply IEEE rules over the seen keys only: NaN * p and inf * 0 give NaN, inf * p
+    (p > 0) gives +-inf, +inf + -inf gives NaN. Counts of hits are matmuls of 0/1 floats (> 0 is
+    exact: sums of non-negative terms)."""
+    bad = ~torch.isfinite(vf)
+    o = torch.matmul(probs, torch.where(bad, 0.0, vf))
+    seen_f = seen.to(probs.dtype).unsqueeze(0)  # (1, r, lk)
+    positive = (probs > 0).to(probs.dtype)  # masked keys have p == 0 exactly
+    zero_seen = seen_f * (probs == 0).to(probs.dtype)
+    nan = torch.matmul(seen_f, torch.isnan(vf).to(probs.dtype)) > 0
+    nan |= torch.matmul(zero_seen, torch.isinf(vf).to(probs.dtype)) > 0
+    pos_inf = torch.matmul(positive, (vf == math.inf).to(probs.dtype)) > 0
+    neg_inf = torch.matmul(positive, (vf == -math.inf).to(probs.dtype)) > 0
+    o = torch.where(pos_inf, math.inf, o)
+    o = torch.where(neg_inf, -math.inf, o)
+    return torch.where(nan | (pos_inf & neg_inf), math.nan, o)
+
+
 def _lse_view(problem: Problem, lse: torch.Tensor, b: int, q_start: int, lq: int) -> torch.Tensor:
     """The (lq, H_q) slice of the LSE buffer for sequence b."""
     if problem.lse_layout == "head_major":
@@ -145,6 +174,7 @@ def run_reference(problem: Problem, t: Tensors) -> tuple[torch.Tensor, torch.Ten
         kf = keys.float().repeat_interleave(ratio, dim=1).transpose(0, 1)  # (H_q, lk, D)
         vf = values.float().repeat_interleave(ratio, dim=1).transpose(0, 1)  # (H_q, lk, Dv)
         allowed = allowed_keys(lq, lk, problem, problem.device)
+        finite_v = bool(torch.isfinite(vf).all())
         rows = max(1, _CHUNK_ELEMENTS // max(1, lk * problem.h_q))
         for r0 in range(0, lq, rows):
             r1 = min(lq, r0 + rows)
@@ -154,7 +184,8 @@ def run_reference(problem: Problem, t: Tensors) -> tuple[torch.Tensor, torch.Ten
             row_lse = torch.logsumexp(scores, dim=-1)  # (H_q, r), -inf for rows that see no key
             finite = torch.isfinite(row_lse)
             probs = torch.exp(scores - torch.where(finite, row_lse, 0.0).unsqueeze(-1))
-            o = torch.matmul(probs, vf)  # (H_q, r, Dv); rows that see no key are exactly 0
+            # (H_q, r, Dv); rows that see no key are exactly 0
+            o = torch.matmul(probs, vf) if finite_v else _masked_pv(probs, vf, allowed[r0:r1])
             out[qs + r0 : qs + r1] = o.transpose(0, 1).to(out.dtype)
             if lse is not None:
                 _lse_view(problem, lse, b, qs, lq)[r0:r1] = (row_lse * lse_factor).t()
