@@ -1,7 +1,9 @@
 """ragged_attn: fused attention forward for ragged (THD) batches, compiled once per layout class.
 
 Public API (see each docstring for shapes, dtypes, units and errors):
-    attention(...)        the functional call (FlashAttention's varlen argument names)
+    attention(...)        the functional call (FlashAttention's varlen argument names); under
+                          torch.compile it is the custom op torch.ops.ragged_attn.attention
+    attention_op(...)     the same call through that op in eager mode too
     plan(...) -> Plan     bind a call to its layout class; Plan.run(...) is the low-overhead path
     layout_class_of(...)  the compile key a call would use (works on meta tensors, no GPU)
     warmup(...)           compile or load kernels ahead of traffic
@@ -11,6 +13,7 @@ Drop-in adapters: ragged_attn.compat.flashinfer, .flash_attn, .torch_varlen.
 """
 
 from .api import Plan, attention, cache_info, layout_class_of, plan, warmup
+from .torch_op import attention_op
 from .layout_class import LayoutClass
 from .problem import Problem
 
@@ -21,6 +24,7 @@ __all__ = [
     "Plan",
     "Problem",
     "attention",
+    "attention_op",
     "cache_info",
     "layout_class_of",
     "plan",

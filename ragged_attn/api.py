@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from torch.compiler import is_compiling
+
 from . import _checks as chk
-from . import backends
+from . import backends, torch_op
 from .layout_class import LayoutClass
 from .problem import Problem, build_problem
 from .reference import run_reference
@@ -81,6 +83,12 @@ def attention(
 
     Empty sequences and rows that see no key give O = 0 and LSE = -inf.
 
+    Under torch.compile (and torch.export) the call is one torch.library custom op,
+    `torch.ops.ragged_attn.attention` (or `attention_into` with out / lse), with a fake
+    implementation, so `fullgraph=True` traces it and CUDA graphs capture it; there `causal` is one
+    of False, True, "bottom_right", "top_left" and a padded LSE needs max_seqlen_q
+    (ragged_attn/torch_op.py).
+
     Returns:
         out (total_q, H_q, D_v), or (out, lse) when return_lse.
     Raises:
@@ -88,6 +96,13 @@ def attention(
         NotImplementedError: the kernel does not serve this valid problem (the message says why);
             backend="reference" does.
     """
+    if is_compiling():  # torch.compile / export: one custom op in the graph (ragged_attn/torch_op.py)
+        return torch_op.attention_op(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout, causal=causal,
+            window_size=window_size, softmax_scale=softmax_scale, return_lse=return_lse, lse_layout=lse_layout,
+            lse_base=lse_base, out=out, lse=lse, backend=backend,
+        )  # fmt: skip
     fast_key = None
     if lse is None and backend != "reference" and type(window_size) is tuple:
         # Options that a full check accepted before (with the same types) need no second check;

@@ -9,9 +9,9 @@ import torch
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def _use_block() -> str:
+def _use_block(heading: str = "## Use") -> str:
     text = README.read_text()
-    section = text[text.index("## Use") :]
+    section = text[text.index(heading) :]
     start = section.index("```python\n") + len("```python\n")
     return section[start : section.index("```", start)]
 
@@ -24,3 +24,13 @@ def test_readme_use_block_runs_and_matches_its_comments():
     assert torch.isinf(scope["lse"][0, 5:]).all(), "padded LSE rows past a sequence hold -inf"
     assert scope["out2"].shape == (9, 4, 64)
     assert scope["out3"].shape == (12, 4, 64) and torch.isfinite(scope["out3"].float()).all()
+
+
+def test_readme_torch_compile_block_runs():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    scope: dict = {}
+    exec(compile(_use_block("## torch.compile"), str(README), "exec"), scope)
+    assert scope["out"].shape == (12, 4, 16)
+    torch._dynamo.reset()

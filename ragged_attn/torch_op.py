@@ -1,0 +1,193 @@
+"""`ragged_attn.attention` as torch.library custom ops, so torch.compile traces it without a graph break.
+
+    torch.ops.ragged_attn.attention(...)       -> (out, lse)   functional: allocates both
+    torch.ops.ragged_attn.attention_into(...)  -> ()           writes a caller's out (and lse)
+
+`ragged_attn.attention` calls these only while torch.compile / torch.export traces it
+(`torch.compiler.is_compiling()`); eager calls keep the plain path (the fast launch path included),
+so the ops cost nothing outside a compiled graph. `attention_op` is the same entry for callers who
+want the op in eager mode too (a torch.library dispatch, about 10-20 us of host time more).
+
+Schema rules (torch.library custom ops take tensors, ints, floats, bools and strings):
+- causal travels as a string ("none", "bottom_right", "top_left"), window_size as two ints.
+- The functional op always returns two tensors; without return_lse the second is an empty float32
+  tensor (0,) that `attention` drops.
+- The fake (meta) implementations give the shapes and dtypes `attention` documents: out
+  (total_q, H_q, D_v) in q's dtype; lse float32 (H_q, total_q), (total_q, H_q) or (B, s_max, H_q)
+  with s_max = max_seqlen_q (a padded LSE under compile needs max_seqlen_q).
+- Forward only, like the library: no autograd formula is registered, so compile inference under
+  torch.no_grad() or torch.inference_mode(); a graph that needs a backward fails at compile time,
+  naming ragged_attn.attention (tests/test_torch_compile.py).
+- CUDA graphs (mode="reduce-overhead") replay the kernel with new lengths written into the same
+  cu_seqlens tensors (contract 4; tests/gpu/test_compile_gpu.py).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .problem import LSE_LAYOUTS
+
+_CAUSAL = {"none": False, "bottom_right": True, "top_left": "top_left"}
+
+
+def causal_name(causal) -> str:
+    """The op's string for `attention`'s causal argument (bool or "top_left"/"bottom_right")."""
+    if causal is False:
+        return "none"
+    if causal is True or causal == "bottom_right":
+        return "bottom_right"
+    if causal == "top_left":
+        return "top_left"
+    raise ValueError(f"causal: expected False, True, 'bottom_right' or 'top_left', got {causal!r}")
+
+
+def _call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
+          kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base, backend,
+          out=None, lse=None):  # fmt: skip
+    from .api import attention
+
+    return attention(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout,
+        causal=_CAUSAL[causal], window_size=(window_left, window_right), softmax_scale=softmax_scale,
+        return_lse=return_lse, lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse, backend=backend,
+    )  # fmt: skip
+
+
+@torch.library.custom_op("ragged_attn::attention", mutates_args=())
+def _attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: Optional[torch.Tensor],
+    max_seqlen_q: Optional[int],
+    max_seqlen_k: Optional[int],
+    seqused_q: Optional[torch.Tensor],
+    seqused_k: Optional[torch.Tensor],
+    page_table: Optional[torch.Tensor],
+    kv_layout: str,
+    causal: str,
+    window_left: int,
+    window_right: int,
+    softmax_scale: Optional[float],
+    return_lse: bool,
+    lse_layout: str,
+    lse_base: str,
+    backend: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    result = _call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
+                   kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base,
+                   backend)  # fmt: skip
+    if return_lse:
+        return result
+    return result, q.new_empty((0,), dtype=torch.float32)
+
+
+def _fake_lse(q, v, cu_seqlens_q, max_seqlen_q, return_lse, lse_layout) -> torch.Tensor:
+    if not return_lse:
+        return q.new_empty((0,), dtype=torch.float32)
+    total_q, h_q = q.shape[0], q.shape[1]
+    if lse_layout == "head_major":
+        shape = (h_q, total_q)
+    elif lse_layout == "token_major":
+        shape = (total_q, h_q)
+    elif lse_layout == "padded":
+        if max_seqlen_q is None:
+            raise ValueError("max_seqlen_q: a padded LSE under torch.compile needs max_seqlen_q (its s_max), got None")
+        shape = (cu_seqlens_q.shape[0] - 1, max_seqlen_q, h_q)
+    else:
+        raise ValueError(f"lse_layout: expected one of {LSE_LAYOUTS}, got {lse_layout!r}")
+    return q.new_empty(shape, dtype=torch.float32)
+
+
+@_attention.register_fake
+def _attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
+                    kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base,
+                    backend):  # fmt: skip
+    out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
+    return out, _fake_lse(q, v, cu_seqlens_q, max_seqlen_q, return_lse, lse_layout)
+
+
+@torch.library.custom_op("ragged_attn::attention_into", mutates_args=("out", "lse"))
+def _attention_into(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: Optional[torch.Tensor],
+    max_seqlen_q: Optional[int],
+    max_seqlen_k: Optional[int],
+    seqused_q: Optional[torch.Tensor],
+    seqused_k: Optional[torch.Tensor],
+    page_table: Optional[torch.Tensor],
+    kv_layout: str,
+    causal: str,
+    window_left: int,
+    window_right: int,
+    softmax_scale: Optional[float],
+    return_lse: bool,
+    lse_layout: str,
+    lse_base: str,
+    backend: str,
+    out: Optional[torch.Tensor],
+    lse: Optional[torch.Tensor],
+) -> None:
+    _call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
+          kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base, backend,
+          out=out, lse=lse)  # fmt: skip
+
+
+@_attention_into.register_fake
+def _attention_into_fake(*args) -> None:
+    return None
+
+
+def attention_op(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    *,
+    seqused_q=None,
+    seqused_k=None,
+    page_table=None,
+    kv_layout="NHD",
+    causal=False,
+    window_size=(-1, -1),
+    softmax_scale=None,
+    return_lse=False,
+    lse_layout="head_major",
+    lse_base="ln",
+    out=None,
+    lse=None,
+    backend="auto",
+):
+    """`ragged_attn.attention` through the torch.library ops (what a compiled graph calls).
+
+    Same arguments, shapes, dtypes, results and errors as `ragged_attn.attention` (the real
+    implementations call it); `window_size` must be a pair of ints and `causal` one of False, True,
+    "bottom_right", "top_left" (ValueError otherwise, as the op schema has no other spelling). With
+    `out` or `lse` it runs `ragged_attn::attention_into`, which writes them in place; otherwise
+    `ragged_attn::attention`, which allocates them.
+    """
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ValueError(f"window_size: expected a pair (left, right) of ints >= -1, got {window_size!r}")
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
+            kv_layout, causal_name(causal), window_size[0], window_size[1], softmax_scale, return_lse, lse_layout,
+            lse_base, backend)  # fmt: skip
+    if out is not None or lse is not None:
+        if out is None:
+            out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
+        if return_lse and lse is None:  # every row gets written (-inf past a padded sequence's length)
+            lse = _fake_lse(q, v, cu_seqlens_q, max_seqlen_q, True, lse_layout)
+        torch.ops.ragged_attn.attention_into(*args, out, lse)
+        return (out, lse) if return_lse else out
+    o, l_ = torch.ops.ragged_attn.attention(*args)
+    return (o, l_) if return_lse else o
