@@ -127,7 +127,9 @@ def not_self_overlapping(name: str, x: torch.Tensor) -> None:
 
 
 def choice(name: str, x, allowed: tuple) -> None:
-    if isinstance(x, torch.Tensor) or x not in allowed:
+    """x is one of the strings in `allowed`; anything else (a tensor, a numpy array, whose `in`
+    would raise its own ambiguous-truth error) is a ValueError naming `name`."""
+    if not isinstance(x, str) or x not in allowed:
         raise ValueError(f"{name}: expected one of {allowed}, got {x!r}")
 
 

@@ -1,6 +1,6 @@
 """The public calls: `attention`, `plan` / `Plan.run`, `layout_class_of`, `warmup`, `cache_info`.
 
-Rules (DESIGN.md contract 3-5):
+Rules (docs/DESIGN.md contract 3-5):
 - `attention` checks every argument (problem.build_problem) before anything is written.
 - backend="auto" runs the reference on CPU tensors and the GPU kernel on CUDA tensors; where the
   kernel declines, NotImplementedError says why and points to backend="reference". Never a silent
@@ -16,7 +16,7 @@ from torch.compiler import is_compiling
 
 from . import _checks as chk
 from . import backends, torch_op
-from .layout_class import LayoutClass
+from .layout_class import LayoutClass, head_dim_class
 from .problem import Problem, build_problem
 from .reference import run_reference
 
@@ -66,8 +66,9 @@ def attention(
             has them zero when seqused_q is given or on the reference backend, and unspecified
             otherwise (the kernel path does not pay a memset for rows cu_seqlens_q covers).
         page_table: int32 (B, max_pages), page ids into the pool (FlashInfer's block_tables).
-        causal: False, True (bottom-right aligned: query i of a sequence with lq queries and lk keys
-            sees key j iff j <= i + lk - lq, FlashAttention's convention) or "top_left" (j <= i).
+        causal: False, True or "bottom_right" (the same: bottom-right aligned, query i of a sequence
+            with lq queries and lk keys sees key j iff j <= i + lk - lq, FlashAttention's
+            convention), or "top_left" (j <= i). Anything else is a ValueError.
         window_size: (left, right), -1 unbounded, in the same frame: query i sees keys
             [i + off - left, i + off + right] (off = lk - lq, or 0 for "top_left"). Causal fixes right = 0.
         softmax_scale: float, default 1 / sqrt(D_qk).
@@ -104,7 +105,7 @@ def attention(
             lse_base=lse_base, out=out, lse=lse, backend=backend,
         )  # fmt: skip
     fast_key = None
-    if lse is None and backend != "reference" and type(window_size) is tuple:
+    if lse is None and type(backend) is str and backend != "reference" and type(window_size) is tuple:
         # Options that a full check accepted before (with the same types) need no second check;
         # the tensors always get BoundKernel's predicate. Anything unusual takes the checked path.
         try:
@@ -170,18 +171,25 @@ def layout_class_of(
 
     Same arguments as `attention` (minus out/lse/backend, which do not change the class), plus
     `arch` ("sm_90a" by default, or the arch of q's CUDA device). Works on meta tensors, so
-    classes can be computed on a machine with no GPU.
+    classes can be computed on a machine with no GPU. A padded LSE needs no max_seqlen_q here
+    (s_max is not part of the key); when one is given, the kernel's row limit is checked.
 
     Raises:
         TypeError / ValueError: a bad argument, as `attention` would.
-        NotImplementedError: no kernel class serves this problem (the message says why).
+        NotImplementedError: no kernel class serves this problem, or the kernel declines it
+            (more than 65535 sequences or query heads, a padded LSE of more than 65535 * 128 rows,
+            2**29 tokens or more): the message says why.
     """
     for name in ("out", "lse", "backend"):
         options.pop(name, None)
-    problem, _ = build_problem(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options)
+    problem, _ = build_problem(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options, for_class_only=True
+    )
     if arch is None:
         arch = backends.arch_of(problem.device)
-    return backends.layout_class_for(problem, arch)
+    layout_class = backends.layout_class_for(problem, arch)
+    backends.check_kernel_limits(problem)
+    return layout_class
 
 
 class Plan:
@@ -189,17 +197,22 @@ class Plan:
 
     Built by `ragged_attn.plan`. Options (causal, window, scale, LSE layout and base, kv_layout,
     backend) are fixed at plan time; shapes, lengths, head counts and strides may change between
-    runs as long as the layout class stays the same.
+    runs as long as the layout class stays the same. On the reference backend (layout_class None)
+    the plan is bound to the same fields (dtypes, head-dim class, mask family, LSE on/off, KV kind)
+    and the device type, named by `reference_class`, and refuses another one alike.
     """
 
     def __init__(self, problem: Problem, backend: str, layout_class: LayoutClass | None, options: dict, bound=None):
         self.problem = problem
         self.backend = backend
         self.layout_class = layout_class
+        self.reference_class = reference_class_of(problem) if layout_class is None else None
         self._options = options
         self._bound = bound
 
     def __repr__(self) -> str:
+        if self.layout_class is None:
+            return f"Plan(backend={self.backend!r}, reference_class={self.reference_class!r})"
         return f"Plan(backend={self.backend!r}, layout_class={self.layout_class})"
 
     def run(
@@ -240,16 +253,19 @@ class Plan:
             )  # fmt: skip
             if result is not None:
                 return result
-        if self.layout_class is None:
-            return attention(
-                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, out=out, lse=lse,
-                backend=self.backend, **self._options,
-            )  # fmt: skip
         problem, tensors = build_problem(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
             seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, out=out, lse=lse, **self._options,
         )  # fmt: skip
+        if self.layout_class is None:  # the reference backend: the same rule, its own class names
+            wanted = reference_class_of(problem)
+            if wanted != self.reference_class:
+                raise ValueError(
+                    f"q: these tensors need class {wanted}, the plan was made for {self.reference_class}; "
+                    "make another plan"
+                )
+            o, l_ = run_reference(problem, tensors)
+            return (o, l_) if problem.return_lse else o
         layout_class = backends.check_support(problem)
         if layout_class != self.layout_class:
             raise ValueError(
@@ -258,6 +274,20 @@ class Plan:
             )
         o, l_ = backends.launch_cute(layout_class, problem, tensors)
         return (o, l_) if problem.return_lse else o
+
+
+def reference_class_of(problem: Problem) -> str:
+    """What a reference-backend Plan is bound to: a layout class's fields plus the device type.
+
+    The fields are those of `LayoutClass` without the arch (dtype, out dtype, head-dim class, mask
+    family, LSE on/off, KV kind), so a plan refuses the same calls on the CPU as on the GPU; fp32
+    and head dims no kernel class holds keep their own names.
+    """
+    dims = head_dim_class(problem.d_qk, problem.d_v) or (problem.d_qk, problem.d_v)
+    return (
+        f"{chk.dtype_name(problem.dtype)}-out{chk.dtype_name(problem.out_dtype)}-d{dims[0]}x{dims[1]}-"
+        f"{problem.mask_family}-lse{'1' if problem.return_lse else '0'}-{problem.kv}-{problem.device.type}"
+    )
 
 
 def plan(

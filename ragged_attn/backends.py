@@ -1,6 +1,6 @@
 """Which backend serves a problem, and the GPU kernel's side of the call.
 
-Contract "accept means run" (DESIGN.md rule 3): `check_support` either returns the layout class
+Contract "accept means run" (docs/DESIGN.md rule 3): `check_support` either returns the layout class
 that will run the problem correctly, or raises NotImplementedError naming the reason and pointing
 to backend="reference". There is no silent fallback.
 """
@@ -14,15 +14,13 @@ import torch
 
 from . import _checks as chk
 from .layout_class import HEAD_DIM_CLASSES, LayoutClass, head_dim_class
-from .problem import Problem, Tensors
+from .problem import MAX_PADDED_LSE_ROWS, Problem, Tensors  # noqa: F401 (fast_launch reads it here)
 
 BACKENDS = ("auto", "reference", "cute")
 # Kernel limits: the batch is the grid's z extent; token indices and window bounds stay below
 # the kernel's 2**29 "unbounded" sentinel.
 MAX_BATCH = 65535
 MAX_HEADS = 65535  # query heads: the grid's x extent (kept within the y/z limit)
-# A padded LSE gets ceil(s_max / 128) tiles per sequence on the grid's y axis (at most 65535).
-MAX_PADDED_LSE_ROWS = 65535 * 128
 MAX_TOKENS = 2**29
 _DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _LN2 = math.log(2.0)
@@ -114,6 +112,17 @@ def check_support(problem: Problem) -> LayoutClass:
     reason = cute_import_error()
     if reason is not None:
         raise NotImplementedError(f"{reason}; {_USE_REFERENCE}")
+    check_kernel_limits(problem)
+    return layout_class
+
+
+def check_kernel_limits(problem: Problem) -> None:
+    """The kernel's grid and index limits, from shapes only (no device, no DSL needed).
+
+    A padded LSE's rows per sequence are max(s_max, max_seqlen_q) (total_q stands for a missing
+    max_seqlen_q when an s_max is known; with neither, as `layout_class_of` allows, there is no
+    row count to check). Raises NotImplementedError naming the argument and the limit.
+    """
     if problem.batch > MAX_BATCH:
         raise NotImplementedError(
             f"cu_seqlens_q: the kernel's grid holds at most {MAX_BATCH} sequences, got B = {problem.batch}; "
@@ -124,7 +133,10 @@ def check_support(problem: Problem) -> LayoutClass:
             f"q: the kernel's grid holds at most {MAX_HEADS} query heads, got H_q = {problem.h_q}; {_USE_REFERENCE}"
         )
     if problem.lse_layout == "padded" and problem.return_lse:
-        rows = max(problem.lse_s_max, problem.max_seqlen_q or problem.total_q)
+        max_q = problem.max_seqlen_q
+        if max_q is None:
+            max_q = problem.total_q if problem.lse_s_max else 0
+        rows = max(problem.lse_s_max, max_q)
         if rows > MAX_PADDED_LSE_ROWS:
             raise NotImplementedError(
                 f"lse: a padded LSE holds at most {MAX_PADDED_LSE_ROWS} rows per sequence on the kernel "
@@ -138,7 +150,6 @@ def check_support(problem: Problem) -> LayoutClass:
             raise NotImplementedError(
                 f"{name}: the kernel indexes tokens below 2**29 = {MAX_TOKENS}, got {total} rows; {_USE_REFERENCE}"
             )
-    return layout_class
 
 
 def launch_cute(layout_class: LayoutClass, problem: Problem, t: Tensors) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -1,6 +1,6 @@
 """A checked description of one attention call: `Problem`, built by `build_problem`.
 
-Rules (DESIGN.md, contract 3-5):
+Rules (docs/DESIGN.md, contract 3-5):
 - Every bad argument raises `TypeError` or `ValueError` naming the argument, what was expected and
   what came, before anything is written (tests/test_bad_inputs.py, one test per bad input).
 - Nothing here reads device memory: only shapes, strides, dtypes, devices and Python scalars.
@@ -29,6 +29,17 @@ MAX_HEAD_DIM = 256
 # Window bounds are 32-bit in the kernels, which keep 2**29 as "unbounded"; a bound this large is
 # unbounded for any real sequence (pass -1 for that).
 MAX_WINDOW = 2**29 - 1
+
+# A padded LSE gets ceil(s_max / 128) query tiles per sequence on the kernel grid's y axis (at
+# most 65535). It is also the most rows per sequence a call may ask this library to allocate for
+# a padded LSE (s_max = max_seqlen_q): 2**31 - 1 ("no bound") would be 8 GiB per head and sequence.
+MAX_PADDED_LSE_ROWS = 65535 * 128
+
+# The kernels fold log2(e) into the scale and work in float32: the largest scale whose folded
+# value is a finite float32. Below it, a scaled score |softmax_scale * q.k| beyond float32's
+# 3.4e38 still overflows and makes its row NaN, on the reference and the kernels alike
+# (docs/SUPPORT_MATRIX.md, "Non-finite inputs").
+MAX_SOFTMAX_SCALE = float.fromhex("0x1.fffffep+127") / math.log2(math.e)
 
 _MAX_SEQLEN_IS_TENSOR = " (a tensor would force a device-to-host sync on every call; pass the int you know)"
 
@@ -110,9 +121,8 @@ class Tensors(NamedTuple):
 
 
 def _normalise_causal(causal) -> tuple[bool, str]:
-    if isinstance(causal, torch.Tensor) or causal not in CAUSAL_VALUES or (
-        not isinstance(causal, (bool, str))
-    ):
+    # The type first: `in` on a numpy array or tensor compares elementwise and raises its own error.
+    if not isinstance(causal, (bool, str)) or causal not in CAUSAL_VALUES:
         raise ValueError(f"causal: expected False, True (bottom-right aligned) or 'top_left', got {causal!r}")
     if causal is False:
         return False, "bottom_right"
@@ -150,6 +160,11 @@ def _softmax_scale(softmax_scale, d_qk: int) -> float:
         raise TypeError(f"softmax_scale: expected a Python float or None, got {type(softmax_scale).__name__}")
     if not math.isfinite(softmax_scale) or softmax_scale <= 0:
         raise ValueError(f"softmax_scale: expected a finite positive float, got {softmax_scale!r}")
+    if softmax_scale > MAX_SOFTMAX_SCALE:
+        raise ValueError(
+            f"softmax_scale: expected at most {MAX_SOFTMAX_SCALE:.4g} (the kernels scale scores by "
+            f"softmax_scale * log2(e) in float32, which overflows above that), got {softmax_scale!r}"
+        )
     return float(softmax_scale)
 
 
@@ -213,10 +228,14 @@ def build_problem(
     out=None,
     lse=None,
     out_dtype=None,
+    for_class_only=False,
 ) -> tuple[Problem, Tensors]:
     """Check every argument of `ragged_attn.attention` and describe the call.
 
     Arguments and shapes: see `ragged_attn.attention`. Reads no device memory.
+    for_class_only: the problem only names a layout class (`layout_class_of`): a padded LSE
+    needs no s_max then (it is not in the key; lse_s_max = 0 when max_seqlen_q is None), and
+    no allocation limit applies.
 
     Returns:
         (Problem, Tensors): the normalised description and the checked tensors.
@@ -316,7 +335,15 @@ def build_problem(
                     f"got shape {tuple(lse.shape)}"
                 )
         elif max_seqlen_q is None:
-            raise ValueError("max_seqlen_q: expected an int (the s_max of the padded LSE buffer), got None")
+            if not for_class_only:
+                raise ValueError("max_seqlen_q: expected an int (the s_max of the padded LSE buffer), got None")
+        elif max_seqlen_q > MAX_PADDED_LSE_ROWS and not for_class_only:
+            raise ValueError(
+                f"max_seqlen_q: a padded LSE allocated by the call is (B, s_max = max_seqlen_q, H_q) float32; "
+                f"expected s_max <= {MAX_PADDED_LSE_ROWS} rows, got {max_seqlen_q} "
+                f"({batch * max_seqlen_q * h_q * 4 / 2**30:.1f} GiB); pass the longest query length, "
+                "or an lse buffer of your own"
+            )
         else:
             lse_s_max = max_seqlen_q
     problem = Problem(

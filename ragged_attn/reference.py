@@ -75,7 +75,8 @@ def _lengths(t: Tensors, problem: Problem) -> tuple[list[int], list[int], list[i
         for i in range(b):
             bound = len_k[i] if (len_k is not None and problem.kv == "ragged") else None
             if used[i] < 0 or (bound is not None and used[i] > bound):
-                raise ValueError(f"seqused_k: expected 0 <= seqused_k[{i}] <= {bound}, got {used[i]}")
+                want = f"0 <= seqused_k[{i}] <= {bound}" if bound is not None else f"seqused_k[{i}] >= 0 (a key count)"
+                raise ValueError(f"seqused_k: expected {want}, got {used[i]}")
         len_k = used
     if problem.kv == "paged":
         capacity = problem.max_pages_per_seq * problem.page_size
@@ -182,8 +183,10 @@ def run_reference(problem: Problem, t: Tensors) -> tuple[torch.Tensor, torch.Ten
             scores = torch.matmul(qf, kf.transpose(1, 2)) * problem.softmax_scale  # (H_q, r, lk)
             scores = scores.masked_fill(~allowed[r0:r1].unsqueeze(0), -math.inf)
             row_lse = torch.logsumexp(scores, dim=-1)  # (H_q, r), -inf for rows that see no key
-            finite = torch.isfinite(row_lse)
-            probs = torch.exp(scores - torch.where(finite, row_lse, 0.0).unsqueeze(-1))
+            # Only a row that sees no key (LSE -inf) is shifted by 0 (its probs are exactly 0); a
+            # +inf or NaN LSE (an overflowed or NaN score it sees) makes the row NaN, as IEEE does.
+            empty = row_lse == -math.inf
+            probs = torch.exp(scores - torch.where(empty, 0.0, row_lse).unsqueeze(-1))
             # (H_q, r, Dv); rows that see no key are exactly 0
             o = torch.matmul(probs, vf) if finite_v else _masked_pv(probs, vf, allowed[r0:r1])
             out[qs + r0 : qs + r1] = o.transpose(0, 1).to(out.dtype)

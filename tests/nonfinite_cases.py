@@ -111,6 +111,7 @@ CASES = [
     NonFiniteCase("gqa-one-kv-head", (30,), (30,), h_q=4, h_kv=2, causal=True, plant=(("v", 10, 1, None, NAN),)),
     NonFiniteCase("two-sequences", (20, 33), (25, 40), causal=True, window=(6, 0),
                   plant=(("v", 0, None, None, NAN), ("k", 25 + 2, None, None, NAN))),  # fmt: skip
+    NonFiniteCase("k-inf-seen-and-masked", (24,), (24,), causal=True, window=(3, 0), plant=(("k", 6, None, None, INF),)),
     # A long sequence: the NaN key lies in key tiles that most query tiles skip on the kernel.
     NonFiniteCase("long-sequence-first-key", (600,), (600,), causal=True, window=(100, 0),
                   plant=(("v", 0, None, None, NAN), ("k", 1, None, None, NAN))),  # fmt: skip
