@@ -8,6 +8,8 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"info": _info, "demo": _demo, "bench": _bench}
+    if argv and argv[0] not in commands and argv[0] not in ("-h", "--help"):
+        print(f"python -m ragged_attn: unknown command {argv[0]!r} (choose from info, demo, bench)\n", file=sys.stderr)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print("usage: python -m ragged_attn {info,demo,bench} [options]\n")
         print("  info   versions, GPU and arch, backends available, cache directory")

@@ -1,6 +1,6 @@
 """The layout class: the one and only compile key of a ragged_attn kernel.
 
-Contract (DESIGN.md, "The contract that defines the product", rule 1-2):
+Contract (docs/DESIGN.md, "The contract that defines the product", rule 1-2):
 - A compiled kernel is specialised on the fields of `LayoutClass` and on nothing else.
 - Batch size, lengths, H_q, H_kv, the GQA ratio, strides, page size, page count, window sizes,
   softmax scale, LSE base, LSE s_max and dim order are run-time arguments; a new value of any of
@@ -25,7 +25,7 @@ HEAD_DIM_CLASSES = ((32, 32), (64, 64), (96, 96), (128, 128), (192, 128), (256, 
 
 @dataclass(frozen=True, order=True)
 class LayoutClass:
-    """Everything a compiled kernel is specialised on (DESIGN.md's table).
+    """Everything a compiled kernel is specialised on (docs/docs/DESIGN.md's table).
 
     Fields:
         arch: target architecture, "sm_90a".

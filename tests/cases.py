@@ -181,7 +181,7 @@ def valid_rows(case: Case, cu_q) -> list[int]:
 
 
 def close(got, want, what, atol=2e-2, rtol=2e-2):
-    """|got - want| <= atol + rtol * |want| (DESIGN.md's tolerance); equal infinities match."""
+    """|got - want| <= atol + rtol * |want| (docs/DESIGN.md's tolerance); equal infinities match."""
     got, want = got.float(), want.float()
     both_inf = torch.isinf(want) & (got == want)
     err = torch.where(both_inf, 0.0, (got - want).abs() - rtol * want.abs())

@@ -7,7 +7,7 @@ largest workloads (1 x 16384 with 128 heads) fit in memory. The oracle is
 `ragged_attn.reference.attention_reference`; if that module cannot be imported, a local float32
 softmax stands in and the report says so.
 
-Tolerance (DESIGN.md, Testing): |out - ref| <= ATOL + RTOL * |ref| for bf16/fp16 outputs.
+Tolerance (docs/DESIGN.md, Testing): |out - ref| <= ATOL + RTOL * |ref| for bf16/fp16 outputs.
 """
 
 from __future__ import annotations

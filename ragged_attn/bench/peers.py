@@ -7,7 +7,7 @@ call over one input set (everything a caller would do once per batch, e.g. paddi
 K/V heads, happens here, outside the timed call) and a function that turns its output into THD
 (total_q, H_q, d_v) for the spot check. A system that declines a workload raises `Unsupported`.
 
-Peer facts (DESIGN.md, measured on our H200 2026-11-30): FA4's compile cache is the dict
+Peer facts (docs/DESIGN.md, measured on our H200 2026-11-30): FA4's compile cache is the dict
 `flash_attn.cute.interface._flash_attn_fwd.compile_cache.cache`; cuDNN frontend 1.32 ranks its
 python engines with cuDNN's library plans in one list, so the harness pins the first library plan
 on sm_90; torch 2.11's `varlen_attn` has no GQA, so K/V heads are expanded before timing. FA3
@@ -310,7 +310,7 @@ class CudnnTHD(System):
     @staticmethod
     def _pin_library_plan(g) -> None:
         """cuDNN FE 1.32 ranks its python engines and the library's plans in one list: pin the
-        first library plan (DESIGN.md peer facts)."""
+        first library plan (docs/DESIGN.md peer facts)."""
         from cudnn.engines.engine_ids import is_python_engine
 
         for i, cfg in enumerate(g.plans):
