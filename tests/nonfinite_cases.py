@@ -111,6 +111,9 @@ CASES = [
     NonFiniteCase("gqa-one-kv-head", (30,), (30,), h_q=4, h_kv=2, causal=True, plant=(("v", 10, 1, None, NAN),)),
     NonFiniteCase("two-sequences", (20, 33), (25, 40), causal=True, window=(6, 0),
                   plant=(("v", 0, None, None, NAN), ("k", 25 + 2, None, None, NAN))),  # fmt: skip
+    NonFiniteCase("k-nan-top-left-gqa", (16, 40), (80, 40), h_q=4, h_kv=2, causal="top_left", window=(5, 0),
+                  plant=(("k", 30, 0, None, NAN), ("k", 80 + 3, 1, 7, NAN))),  # fmt: skip
+    NonFiniteCase("k-nan-window-both-sides", (64,), (96,), window=(10, 10), plant=(("k", 50, None, None, NAN),)),
     NonFiniteCase("k-inf-seen-and-masked", (24,), (24,), causal=True, window=(3, 0), plant=(("k", 6, None, None, INF),)),
     # A long sequence: the NaN key lies in key tiles that most query tiles skip on the kernel.
     NonFiniteCase("long-sequence-first-key", (600,), (600,), causal=True, window=(100, 0),
