@@ -93,7 +93,9 @@ def attention(
     Returns:
         out (total_q, H_q, D_v), or (out, lse) when return_lse.
     Raises:
-        TypeError / ValueError: a bad argument (named in the message); nothing is written.
+        TypeError / ValueError: a bad argument (named in the message), among them an out / lse
+            overlapping any input (q, k, v, cu_seqlens_q/k, seqused_q/k, page_table; the message
+            names both); nothing is written.
         NotImplementedError: the kernel does not serve this valid problem (the message says why);
             backend="reference" does.
     """
@@ -245,6 +247,10 @@ class Plan:
 
         Returns:
             out, or (out, lse) when the plan returns the LSE.
+        Raises:
+            TypeError / ValueError: as `attention` (an out overlapping any input included), or
+                tensors that need another layout class than the plan's; nothing is written.
+            NotImplementedError: as `attention`, for a call the kernel does not serve.
         """
         if self._bound is not None:
             result = self._bound.try_launch(
@@ -335,7 +341,12 @@ def warmup(problems_or_classes: Iterable, *, arch: str | None = None, progress: 
     Returns:
         The distinct classes, in first-seen order.
     Raises:
-        NotImplementedError: the CuTe DSL is not installed, or no kernel serves a problem.
+        NotImplementedError: the CuTe DSL is not installed, or no kernel serves a problem (as
+            `layout_class_of` says).
+        TypeError: an item that is neither a LayoutClass nor a dict; TypeError / ValueError from
+            `layout_class_of` for a bad dict, or a bad RAGGED_ATTN_DISK_CACHE value.
+        Never for the disk cache's state: a damaged, read-only or locked cache warns
+        (CompileCacheWarning) and loads a valid entry or compiles in memory.
     """
     from tqdm.auto import tqdm
 
