@@ -14,7 +14,7 @@ import torch
 
 from . import _checks as chk
 from .layout_class import HEAD_DIM_CLASSES, LayoutClass, head_dim_class
-from .problem import MAX_PADDED_LSE_ROWS, Problem, Tensors  # noqa: F401 (fast_launch reads it here)
+from .problem import MAX_PADDED_LSE_ROWS, Problem, Tensors  # fast_launch reads MAX_PADDED_LSE_ROWS here
 
 BACKENDS = ("auto", "reference", "cute")
 # Kernel limits: the batch is the grid's z extent; token indices and window bounds stay below

@@ -104,18 +104,18 @@ CASES = [
     NonFiniteCase("k-row0-causal-window4", (64,), (64,), causal=True, window=(4, 0), plant=(("k", 0, None, None, NAN),)),
     NonFiniteCase("v-one-column", (48,), (48,), causal=True, plant=(("v", 20, None, 5, NAN),)),
     NonFiniteCase("v-inf-masked-and-seen", (40,), (40,), causal=True, window=(8, 0),
-                  plant=(("v", 3, None, 0, INF), ("v", 30, None, 1, -INF))),  # fmt: skip
+                  plant=(("v", 3, None, 0, INF), ("v", 30, None, 1, -INF))),
     NonFiniteCase("top-left-ahead-keys", (16,), (80,), causal="top_left", plant=(("v", 40, None, None, NAN),
-                                                                                 ("k", 70, None, None, NAN))),  # fmt: skip
+                                                                                 ("k", 70, None, None, NAN))),
     NonFiniteCase("window-right-only", (32,), (32,), window=(-1, 3), plant=(("v", 31, None, None, NAN),)),
     NonFiniteCase("gqa-one-kv-head", (30,), (30,), h_q=4, h_kv=2, causal=True, plant=(("v", 10, 1, None, NAN),)),
     NonFiniteCase("two-sequences", (20, 33), (25, 40), causal=True, window=(6, 0),
-                  plant=(("v", 0, None, None, NAN), ("k", 25 + 2, None, None, NAN))),  # fmt: skip
+                  plant=(("v", 0, None, None, NAN), ("k", 25 + 2, None, None, NAN))),
     NonFiniteCase("k-nan-top-left-gqa", (16, 40), (80, 40), h_q=4, h_kv=2, causal="top_left", window=(5, 0),
-                  plant=(("k", 30, 0, None, NAN), ("k", 80 + 3, 1, 7, NAN))),  # fmt: skip
+                  plant=(("k", 30, 0, None, NAN), ("k", 80 + 3, 1, 7, NAN))),
     NonFiniteCase("k-nan-window-both-sides", (64,), (96,), window=(10, 10), plant=(("k", 50, None, None, NAN),)),
     NonFiniteCase("k-inf-seen-and-masked", (24,), (24,), causal=True, window=(3, 0), plant=(("k", 6, None, None, INF),)),
     # A long sequence: the NaN key lies in key tiles that most query tiles skip on the kernel.
     NonFiniteCase("long-sequence-first-key", (600,), (600,), causal=True, window=(100, 0),
-                  plant=(("v", 0, None, None, NAN), ("k", 1, None, None, NAN))),  # fmt: skip
+                  plant=(("v", 0, None, None, NAN), ("k", 1, None, None, NAN))),
 ]

@@ -36,7 +36,6 @@ from tests.test_compile_cache import (
     LC,
     CountingCompile,
     FakeCompiled,
-    _run_workers,
     _worker_env,
     assert_rebuilt,
     fake_loader,
@@ -454,7 +453,7 @@ def _can_mount_read_only(tmp_path: Path) -> bool:
     cmd = f'mount --bind "{probe}" "{probe}" && mount -o remount,ro,bind "{probe}" && ! touch "{probe}/x"'
     try:
         r = subprocess.run(
-            ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", cmd], capture_output=True, timeout=30
+            ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", cmd], capture_output=True, timeout=30, check=False
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -478,7 +477,7 @@ def test_read_only_mount_holding_valid_entries(tmp_path):
     )
     r = subprocess.run(
         ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", cmd],
-        capture_output=True, text=True, timeout=240, env=_worker_env(),
+        capture_output=True, text=True, timeout=240, env=_worker_env(), check=False,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     warm = json.loads((tmp_path / "warm.json").read_text().strip().splitlines()[-1])
@@ -530,7 +529,7 @@ def test_concurrent_writers_compile_each_class_once(tmp_path):
         subprocess.Popen(
             [sys.executable, str(script), str(tmp_path), TESTS_DIR, str(i)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_worker_env(),
-        )  # fmt: skip
+        )
         for i in range(n)
     ]
     try:
@@ -611,7 +610,7 @@ def test_a_writer_killed_mid_write_leaves_nothing_forever(tmp_path, point, reaso
     root = tmp_path / "cache"
     r = subprocess.run(
         [sys.executable, str(script), point, str(root), TESTS_DIR],
-        capture_output=True, text=True, timeout=240, env=_worker_env(),
+        capture_output=True, text=True, timeout=240, env=_worker_env(), check=False,
     )  # fmt: skip
     assert r.returncode == -signal.SIGKILL, (r.returncode, r.stdout, r.stderr)
     cache = make_cache(tmp_path)

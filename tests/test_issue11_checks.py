@@ -67,7 +67,7 @@ def test_padded_lse_with_a_caller_buffer_and_no_bound_max_seqlen_q_runs_on_the_r
     """The caller owns the buffer (its s_max is the rows), so the no-bound max_seqlen_q is fine."""
     kw = valid_call()
     lse = torch.full((3, 11, 8), 7.0)
-    out, got = ragged_attn.attention(**{**kw, "max_seqlen_q": None}, return_lse=True, lse_layout="padded", lse=lse)
+    _, got = ragged_attn.attention(**{**kw, "max_seqlen_q": None}, return_lse=True, lse_layout="padded", lse=lse)
     assert got is lse and torch.isfinite(lse[2]).all() and (lse[1] == -math.inf).all()
 
 
