@@ -1,11 +1,11 @@
-"""Issue 10's rows, side by side in one process: ours (this tree), ours from a baseline commit,
+"""Issue 10's rows, side by side in one process: ours (this tree), ours in tile-config variants,
 FlashAttention-3 (`fa3-fwd`), FA4 and torch SDPA on cuDNN over a padded batch (uniform rows).
 
 Useful TFLOP/s on GPU time alone (ragged_attn.bench.timing.gpu_ms: L2 flushed, sleep head start),
 4 * H_q * d * allowed (query, key) pairs; bf16, LSE on (FA3 and FA4 always produce it).
 Kernels: RAGGED_ATTN_SM90_PREBUILT/<class>.o (tools/prebuild_sm90.py) or compiled here; the
-baseline from RAGGED_ATTN_SM90_PREBUILT/baseline/<class>.o, called with the argument list of
-commit 58bbb6a (no num_ctas), when present. Each output is checked against FA4's (max abs diff).
+variants named in RAGGED_ATTN_VARIANTS (comma-separated) from RAGGED_ATTN_SM90_PREBUILT/<variant>/<class>.o
+when present (the class built with other tile-config fields). Each output is checked against FA4's (max abs diff).
 Usage: python tools/bench_issue10.py [ROW_SUBSTRING ...]
 """
 
@@ -21,7 +21,6 @@ sys.path.insert(0, ROOT)
 
 from ragged_attn.bench.timing import gpu_ms  # noqa: E402
 from ragged_attn.kernels.sm90 import launch_forward  # noqa: E402
-from ragged_attn.kernels.sm90.launch import LN2  # noqa: E402
 from ragged_attn.layout_class import LayoutClass  # noqa: E402
 
 PREBUILT = os.environ.get("RAGGED_ATTN_SM90_PREBUILT", "")
@@ -41,6 +40,15 @@ ROWS = (
     ("2x8192 h64/8 d128 nomask", [8192] * 2, 64, 8, 128, False),
     ("mixed14 h32/8 d128 causal", issue10_lengths(), 32, 8, 128, True),
     ("mixed14 h32/8 d64 causal", issue10_lengths(), 32, 8, 64, True),
+    ("mixed14 h32/8 d32 causal", issue10_lengths(), 32, 8, 32, True),
+    ("mixed14 h32/8 d96 causal", issue10_lengths(), 32, 8, 96, True),
+    ("2x8192 h32/8 d64 causal", [8192] * 2, 32, 8, 64, True),
+    ("16x256 h32/8 d64 causal", [256] * 16, 32, 8, 64, True),
+    ("64x128 h32/8 d64 causal", [128] * 64, 32, 8, 64, True),
+    ("4x512 h32/8 d64 causal", [512] * 4, 32, 8, 64, True),
+    ("16x256 h32/8 d32 causal", [256] * 16, 32, 8, 32, True),
+    ("64x128 h32/8 d32 causal", [128] * 64, 32, 8, 32, True),
+    ("2x8192 h32/8 d32 causal", [8192] * 2, 32, 8, 32, True),
     ("16x256 h32/8 d128 causal", [256] * 16, 32, 8, 128, True),
     ("4x512 h32/8 d128 causal", [512] * 4, 32, 8, 128, True),
     ("64x128 h32/8 d128 causal", [128] * 64, 32, 8, 128, True),
@@ -111,8 +119,7 @@ def main():
 
             def sdpa_call():
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                    o = sdpa(qp, kp, vp, is_causal=causal)
-                return o.transpose(1, 2).reshape(total, hq, d)
+                    return sdpa(qp, kp, vp, is_causal=causal)  # (B, H, s, D): unpacked outside the timing
 
             impls["cuDNN SDPA padded"] = sdpa_call
         fn = load(lc)
@@ -126,21 +133,27 @@ def main():
             return out
 
         impls["ours"] = ours
-        base = load(lc, "baseline")
-        if base is not None:
-            base_out = torch.empty_like(q)
+        for sub in filter(None, os.environ.get("RAGGED_ATTN_VARIANTS", "").split(",")):
+            alt = load(lc, sub)  # the same class built with other tile-config fields
+            if alt is None:
+                continue
 
-            def ours_base():
-                base(q, k, v, base_out, lse.view(-1), cu, cu, cu, cu, 0, 0, b, smax, 0, d**-0.5, -1, -1, 1,
-                     0, hq, hq, 1, LN2, None)  # fmt: skip
-                return base_out
+            def ours_alt(alt=alt, alt_out=torch.empty_like(q)):
+                launch_forward(
+                    alt, q=q, k=k, v=v, out=alt_out, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
+                    seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
+                    window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
+                )  # fmt: skip
+                return alt_out
 
-            impls["ours 58bbb6a"] = ours_base
+            impls[f"ours {sub}"] = ours_alt
         ref = None
         for label, call in impls.items():
             try:
                 o = call()
                 torch.cuda.synchronize()
+                if o.dim() == 4:  # padded (B, H, s, D) -> (total, H, D)
+                    o = o.transpose(1, 2).reshape(total, hq, d)
                 if ref is None:
                     ref = o.float().clone()
                 diff = (o.float() - ref).abs().max().item()

@@ -281,6 +281,13 @@ NAMED = {
     "padded_smax_beyond_grid": _base(lens_q=[10, 20], lens_k=[30, 200], lse="padded", s_extra=400),
     "log2_base": _base(lens_q=[100], lens_k=[300], log2=True, lse="head"),
     "scale_large": _base(lens_q=[100], lens_k=[300], scale=0.5, mask="none"),
+    # Tiles whose last MMA warpgroups hold no rows (1, 65, 130 or 191 of a 128- or 192-row tile)
+    # over many key blocks: those warpgroups only release stages and pass turns (forward.py
+    # mainloop_idle).
+    "idle_warpgroups_d64": _base(lens_q=[1, 65, 130, 191, 193], lens_k=[900, 1000, 700, 640, 193], d=64),
+    "idle_warpgroups_d64_none": _base(lens_q=[1, 65, 130, 191], lens_k=[900, 1000, 700, 640], d=64, mask="none"),
+    "idle_warpgroups_d32": _base(lens_q=[3, 70, 129, 190], lens_k=[1200, 800, 700, 190], d=32, lse="padded"),
+    "idle_warpgroups_d128": _base(lens_q=[2, 63, 64, 65, 127], lens_k=[1500, 900, 640, 513, 127], hq=16, hkv=4),
     # Persistent CTAs (one per SM) taking tens of tiles each from the tile counter, with empty
     # sequences, tiles without rows (padded LSE) and the static stride of the paged class's twin.
     "many_tiles_per_cta": _base(lens_q=[(i * 37) % 300 for i in range(200)],

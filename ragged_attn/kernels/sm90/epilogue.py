@@ -53,6 +53,9 @@ def store_tile(
     o_aliases_q: cutlass.Constexpr[bool],
     pipe_q,
     q_state,
+    wg_local: cutlass.Constexpr[bool],
+    wg_idx: Int32,
+    wg_barrier_base: cutlass.Constexpr[int],
 ):
     """O (normalised, fp32 registers) -> out dtype -> smem (stmatrix) -> 128-bit global stores of
     rows < len_q and columns < mO's run-time head dim (an envelope class never writes the columns
@@ -63,7 +66,7 @@ def store_tile(
     its O rows back, so the producer may load the next tile's Q into that buffer."""
     rO = cute.make_rmem_tensor_like(acc_O, out_dtype)
     rO.store(acc_O.load().to(out_dtype))
-    cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_mma_threads)
+    epilogue_barrier(wg_local, wg_idx, wg_barrier_base, barrier_id, num_mma_threads)
     smem_copy = cute.make_tiled_copy_C(
         cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), out_dtype),
         tiled_mma_pv,
@@ -84,26 +87,40 @@ def store_tile(
                 elif row < lse_s_max:
                     mLSE[idx] = -Float32.inf
 
-    cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_mma_threads)
-    gmem_copy = gmem_tiled_copy_O.get_slice(tidx)
-    tOsO = gmem_copy.partition_S(sO)
+    epilogue_barrier(wg_local, wg_idx, wg_barrier_base, barrier_id, num_mma_threads)
+    # The rows this thread's copy covers: the warpgroup's own 64 (wg_local) or the whole tile.
+    rows = 64 if const_expr(wg_local) else tile_m
+    part = wg_idx if const_expr(wg_local) else 0
+    copy_tidx = tidx % 128 if const_expr(wg_local) else tidx
+    gmem_copy = gmem_tiled_copy_O.get_slice(copy_tidx)
+    tOsO = gmem_copy.partition_S(cute.local_tile(sO, (rows, d_v), (part, 0)))
     tOrO = cute.make_fragment_like(tOsO, out_dtype)
     cute.autovec_copy(tOsO, tOrO)
     if const_expr(o_aliases_q):
         pipe_q.consumer_release(q_state)
     gO = cute.local_tile(
         cute.domain_offset((seqlen.offset_q, 0), mO[None, head_idx, None]),
-        (tile_m, d_v),
-        (m_block, 0),
+        (rows, d_v),
+        (m_block * (tile_m // rows) + part, 0),
     )
+    rows_left = rows_left - part * rows  # may be <= 0: this warpgroup's rows are all past len_q
     tOgO = gmem_copy.partition_D(gO)
-    tOcO_g = gmem_copy.partition_S(cute.make_identity_tensor((tile_m, d_v)))
+    tOcO_g = gmem_copy.partition_S(cute.make_identity_tensor((rows, d_v)))
     tOpO = column_predicate(tOcO_g, mO.shape[2])
     for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
         if tOcO_g[0, rm, 0][0] < rows_left:
             cute.copy(
                 gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None], pred=tOpO[None, rm, None]
             )
+
+
+@cute.jit
+def epilogue_barrier(wg_local: cutlass.Constexpr[bool], wg_idx: Int32, wg_barrier_base: cutlass.Constexpr[int], barrier_id: cutlass.Constexpr[int], num_mma_threads: cutlass.Constexpr[int]):
+    """The epilogue's named barrier: the warpgroup's own (wg_local) or all MMA threads'."""
+    if const_expr(wg_local):
+        cute.arch.barrier(barrier_id=wg_barrier_base + wg_idx, number_of_threads=128)
+    else:
+        cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_mma_threads)
 
 
 @cute.jit

@@ -66,7 +66,9 @@ from .tile_scheduler import decode_tile, total_tiles
 
 LOG2_E = math.log2(math.e)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
-SCHED_BARRIER_BASE = 2  # ids 2, 3: ping-pong between the two MMA warpgroups
+SCHED_BARRIER_BASE = 2  # ids 2 .. 4: ping-pong turns of the MMA warpgroups (one id each)
+EPILOGUE_WG_BARRIER_BASE = 5  # ids 5 .. 7: one MMA warpgroup's own epilogue (wg_epilogue)
+REGISTERS_PER_SM = 65536
 TILE_STAGES = 2  # tile indices the producer warp may hand the MMA warpgroups ahead
 
 
@@ -82,12 +84,9 @@ def make_smem_layout(dtype, rows: int, cols: int, stages: Optional[int] = None):
 class RaggedForwardSm90:
     """One instance per layout class; `__call__` is the `@cute.jit` host entry."""
 
-    num_mma_warpgroups = 2
     producer_regs = 24
-    mma_regs = 240  # 24 * 128 + 240 * 256 = 64512 <= 65536 registers per SM
     # Paged: all 128 producer threads gather with 64-bit row addresses (FA4's cp.async budget).
     producer_regs_paged = 40
-    mma_regs_paged = 232  # 40 * 128 + 232 * 256 = 64512
 
     def __init__(
         self,
@@ -104,7 +103,8 @@ class RaggedForwardSm90:
         time and may be smaller (an envelope: TMA zero-fills the columns past them, the O store
         skips them)."""
         assert mask in ("none", "causal", "window")
-        assert config.tile_m == 64 * self.num_mma_warpgroups
+        # One MMA warpgroup per 64 query rows: 2 (tile_m 128) or 3 (tile_m 192).
+        self.num_mma_warpgroups = config.tile_m // 64
         alias = o_aliases_q(config, d_qk, d_v)
         self.smem_planned = smem_bytes(config, d_qk, d_v, o_separate=not alias)
         if self.smem_planned > SMEM_CAPACITY or (alias and d_v > d_qk):
@@ -125,13 +125,19 @@ class RaggedForwardSm90:
         self.dynamic = not paged
         if paged:
             self.producer_regs = self.producer_regs_paged
-            self.mma_regs = self.mma_regs_paged
+        # What the producer warpgroup leaves, split over the MMA warpgroups (setmaxnreg takes
+        # multiples of 8, at most 240): 24 -> 240 with 2 MMA warpgroups, 160 with 3 (FA3's split
+        # for 192-row tiles); paged 40 -> 232, 152.
+        spare = (REGISTERS_PER_SM - 128 * self.producer_regs) // (128 * self.num_mma_warpgroups)
+        self.mma_regs = min(240, spare // 8 * 8)
         self.tile_m = config.tile_m
         self.tile_n = config.tile_n
         self.num_stages = config.num_stages
         self.pingpong = config.pingpong
         self.overlap = config.overlap
         self.o_aliases_q = alias
+        self.turn_first_gemm = config.turn_first_gemm and config.pingpong
+        self.wg_epilogue = config.wg_epilogue and not alias  # O in Q's buffer: every warpgroup's GEMMs first
         self.has_right = mask in ("causal", "window")
         self.has_left = mask == "window"
         self.num_mma_threads = 128 * self.num_mma_warpgroups
@@ -222,9 +228,8 @@ class RaggedForwardSm90:
         elems = 128 // self.out_dtype.width
         chunks = self.d_v // elems
         threads_per_row = next(t for t in (8, 4, 2, 1) if chunks % t == 0)
-        o_thr_layout = cute.make_ordered_layout(
-            (self.num_mma_threads // threads_per_row, threads_per_row), order=(1, 0)
-        )
+        store_threads = 128 if self.wg_epilogue else self.num_mma_threads
+        o_thr_layout = cute.make_ordered_layout((store_threads // threads_per_row, threads_per_row), order=(1, 0))
         gmem_tiled_copy_O = cute.make_tiled_copy_tv(
             cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.out_dtype, num_bits_per_copy=128),
             o_thr_layout,
@@ -771,7 +776,7 @@ class RaggedForwardSm90:
         # given once: every tile then makes as many waits as passes per warpgroup.
         if const_expr(self.pingpong):
             if wg_idx == 0:
-                cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE, number_of_threads=self.num_mma_threads)
+                cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE, number_of_threads=256)
         pipe_tile, sTileIdx, _ = handoff
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
         num_tiles = sched[0]
@@ -790,17 +795,31 @@ class RaggedForwardSm90:
                     tScS, m_block, self.tile_m, self.tile_n, self.has_left, self.has_right,
                     seqlen.len_k, block_info.off, block_info.left, block_info.right,
                 )  # fmt: skip
+                # A warpgroup whose 64 rows all lie past len_q (a sequence's partial last tile) only
+                # keeps step: it releases each K/V stage and passes its turns, issuing no GEMM.
+                wg_has_rows = m_block * self.tile_m + 64 * wg_idx < seqlen.len_q
                 if const_expr(self.overlap):
                     if n_block_max > n_block_min:
-                        kv_state = self.mainloop_overlap(
+                        if wg_has_rows:
+                            kv_state = self.mainloop_overlap(
+                                tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                                pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
+                            )  # fmt: skip
+                        else:
+                            turns = n_block_max - n_block_min - 1
+                            if const_expr(self.turn_first_gemm):
+                                turns += 1
+                            kv_state = self.mainloop_idle(pipe_k, pipe_v, n_block_max - n_block_min, turns, wg_idx, kv_state)
+                else:
+                    if wg_has_rows:
+                        kv_state = self.mainloop_plain(
                             tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
                             pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
                         )  # fmt: skip
-                else:
-                    kv_state = self.mainloop_plain(
-                        tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-                        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
-                    )  # fmt: skip
+                    else:
+                        kv_state = self.mainloop_idle(
+                            pipe_k, pipe_v, n_block_max - n_block_min, n_block_max - n_block_min + 1, wg_idx, kv_state
+                        )  # fmt: skip
                 if const_expr(not self.o_aliases_q):
                     pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done
                 row_scale = softmax.finalize()
@@ -809,7 +828,7 @@ class RaggedForwardSm90:
                     acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
                     m_block, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
                     self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
-                    self.o_aliases_q, pipe_q, q_state,
+                    self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE,
                 )  # fmt: skip
                 q_state.advance()
             else:  # static schedule only: the dynamic one hands over tiles with rows alone
@@ -848,6 +867,27 @@ class RaggedForwardSm90:
         return kv_state
 
     @cute.jit
+    def mainloop_idle(self, pipe_k, pipe_v, n_blocks: Int32, turns: Int32, wg_idx: Int32, kv_state):
+        """A warpgroup without rows in this tile: wait for and release each of the tile's K/V
+        stages (every MMA warp releases every stage) and take and pass as many ping-pong turns as
+        the mainloop of its siblings does, one after each block; O stays 0, the softmax state empty."""
+        for i in cutlass.range(n_blocks, unroll=1):
+            self.kv_wait(pipe_k, kv_state)
+            pipe_k.consumer_release(kv_state)
+            self.kv_wait(pipe_v, kv_state)
+            pipe_v.consumer_release(kv_state)
+            kv_state.advance()
+            # Turn i after block i's stages: the siblings' turn i + 1 may need block i + 2's
+            # stages refilled, which needs this warpgroup's releases of block i first.
+            if i < turns:
+                self.sched_wait(wg_idx)
+                self.sched_pass(wg_idx)
+        for _ in cutlass.range(turns - n_blocks, unroll=1):
+            self.sched_wait(wg_idx)
+            self.sched_pass(wg_idx)
+        return kv_state
+
+    @cute.jit
     def mask_softmax(self, acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, rescale: cutlass.Constexpr[bool]):
         """Mask (boundary blocks only), online softmax, P -> 16-bit A fragment, O rescale."""
         tScS, m_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right = mask_args
@@ -871,7 +911,13 @@ class RaggedForwardSm90:
         (n - 1 waits and passes per warpgroup). Returns the K/V state of the next tile's first block."""
         self.kv_wait(pipe_k, kv_state)
         acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
-        self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False)
+        if const_expr(self.turn_first_gemm):
+            self.sched_wait(wg_idx)
+            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
+            self.sched_pass(wg_idx)
+            warpgroup.wait_group(0)
+        else:
+            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False)
         pipe_k.consumer_release(kv_state)
         self.mask_softmax(acc_S, n_block_max - 1, block_info, softmax, tOrP, acc_O, mask_args, False)
         tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
@@ -929,17 +975,19 @@ class RaggedForwardSm90:
             warpgroup.wait_group(0)
 
     # Warpgroup scheduling barriers (ids SCHED_BARRIER_BASE + wg): a warpgroup waits on its own
-    # barrier before issuing GEMMs and, once issued, arrives on the other's. Warpgroup 0 arrives on
-    # its own once per CTA (`mma`), then each tile makes as many waits as passes per warpgroup, so
-    # the turn is warpgroup 0's again at every tile's start.
+    # barrier before issuing GEMMs and, once issued, arrives on the next one's (a ring: 0 -> 1 -> 0,
+    # or 0 -> 1 -> 2 -> 0); each barrier counts its waiter's 128 threads and the passer's 128.
+    # Warpgroup 0 arrives on its own once per CTA (`mma`), then each tile makes as many waits as
+    # passes per warpgroup, so the turn is warpgroup 0's again at every tile's start.
     @cute.jit
     def sched_wait(self, wg_idx: Int32):
         if const_expr(self.pingpong):
-            cute.arch.barrier(barrier_id=SCHED_BARRIER_BASE + wg_idx, number_of_threads=self.num_mma_threads)
+            cute.arch.barrier(barrier_id=SCHED_BARRIER_BASE + wg_idx, number_of_threads=256)
 
     @cute.jit
     def sched_pass(self, wg_idx: Int32):
         if const_expr(self.pingpong):
-            cute.arch.barrier_arrive(
-                barrier_id=SCHED_BARRIER_BASE + 1 - wg_idx, number_of_threads=self.num_mma_threads
-            )
+            nxt = wg_idx + 1
+            if nxt == self.num_mma_warpgroups:
+                nxt = Int32(0)
+            cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE + nxt, number_of_threads=256)

@@ -1,17 +1,19 @@
 """Tile configuration of the sm_90a forward kernel, one per layout class (a pure function, no GPU).
 
 Rules of this module (tests/test_kernel_compile_sm90.py checks them on the CPU):
-1. `tile_config(layout_class)` depends only on fields of the class (d_qk, d_v, mask): the config
+1. `tile_config(layout_class)` depends only on fields of the class (d_qk, d_v, mask, kv): the config
    is part of the compile key through the class and nothing else.
 2. Every config fits the 227 KiB of shared memory of an sm_90 CTA (`smem_bytes`); when Q, K, V
    and O do not fit side by side, O's staging buffer aliases Q's (`o_aliases_q`), which costs one
    named barrier before the epilogue writes it.
-3. tile_m = 64 per MMA warpgroup (2 warpgroups), tile_n a multiple of 16 (one k16 step of the
-   P V GEMM takes two n8 chunks of the S accumulator).
+3. tile_m = 64 per MMA warpgroup (128: 2 warpgroups, 192: 3), tile_n a multiple of 16 (one k16
+   step of the P V GEMM takes two n8 chunks of the S accumulator).
 4. Each choice is the fastest candidate measured on the device with 0 register spills; the
    numbers that decided it sit in `tile_config`'s docstring.
 
-Candidates are compiled by tools/prebuild_sm90.py (VARIANTS) and timed by tools/bench_sm90.py.
+Candidates are compiled by tools/prebuild_sm90.py (VARIANTS) and timed by tools/bench_sm90.py, or
+built with other fields into RAGGED_ATTN_SM90_PREBUILT/<variant>/ and timed side by side with the
+peers by tools/bench_issue10.py (RAGGED_ATTN_VARIANTS).
 """
 
 from __future__ import annotations
@@ -34,10 +36,15 @@ class TileConfig:
     num_stages: int = 2
     pingpong: bool = True  # named-barrier turns between the two MMA warpgroups
     overlap: bool = True  # softmax of block n under the P V GEMM of block n + 1
+    # Ping-pong turns also around each tile's first S GEMM, so one-block tiles stagger too.
+    turn_first_gemm: bool = True
+    # Each MMA warpgroup stores its own 64 rows of O behind its own named barrier (needs O's own
+    # buffer); off: both warpgroups meet at a CTA-wide barrier in every epilogue.
+    wg_epilogue: bool = True
 
     def __post_init__(self) -> None:
-        if self.tile_m != 128:
-            raise ValueError(f"TileConfig.tile_m: the kernel runs 2 MMA warpgroups (128), got {self.tile_m}")
+        if self.tile_m not in (128, 192):
+            raise ValueError(f"TileConfig.tile_m: expected 128 or 192 (2 or 3 MMA warpgroups), got {self.tile_m}")
         if self.tile_n % 16 or not 16 <= self.tile_n <= 256:
             raise ValueError(f"TileConfig.tile_n: expected a multiple of 16 in [16, 256], got {self.tile_n}")
         if self.num_stages < 1:
@@ -82,11 +89,24 @@ def tile_config(layout_class) -> TileConfig:
     - (256, 256): 128 x 80 without ping-pong 641 (619); with ping-pong 631 (608); 128 x 64 569
       (595) / with ping-pong 608 (599); FA4 702 (686). 128 x 128 spills (144 B), 128 x 96 does
       not fit in smem; Q 64 + 2 x (K 40 + V 40) KiB = 224 KiB, O aliases Q.
-    FA4 runs d <= 96 with 3 MMA warpgroups (192-row tiles); this kernel has 2 (what is left of
-    the d32-d96 gap). The window family uses the same tiles (FA4 shrinks tile_n for local masks
+    Measured on an H200, 2026-12-02, persistent kernel, bf16 causal LSE on, 32/8 heads, GPU-only
+    TFLOP/s, one process beside FA4 4.0.0b36 (tools/bench_issue10.py):
+    - turn_first_gemm + wg_epilogue (d128 128 x 128) against neither: 64 x 128 118 -> 129, 16 x 256
+      178 -> 194, 4 x 512 234 -> 255, mixed14 467 -> 487, mixed14 d64 311 -> 321; 2 x 8192 (64/8)
+      causal 610 -> 594 (-2.7%, one run; 618 in the next), no mask 622 -> 625.
+    - 3 MMA warpgroups (192 x 128, ragged) against 128-row tiles, d32 | d64 (FA4 in brackets):
+      mixed14 167 -> 203 [199] | 322 -> 351 [343]; 2 x 8192 251 -> 320 [319] | 448 -> 548 [538];
+      16 x 256 49.6 -> 53.7 [49] | 118 -> 97 [87]; 64 x 128 35.5 -> 41.2 [29] | 79 -> 73 [52];
+      4 x 512 d64 158 -> 142 [137]. Kept at both: short d64 batches lose 8-18% (a 256-row
+      sequence is a 192-row tile and a 64-row one), long and mixed ones gain 9-22%, as FA3's and
+      FA4's choice of 192 rows at d64. 192 x 192 at d64 spills (464 B); 128 x 192 at d64 293 vs
+      321. d96: 192 x 128 spills (96 B), 192 x 112 403 vs 128 x 128 408 on mixed14 (kept 128).
+      Paged d64 at 192 rows spills (32 B at 40/152 registers): paged keeps 128-row tiles. The window family uses the same tiles (FA4 shrinks tile_n for local masks
     at d > 128: unmeasured here).
     """
     d_qk = layout_class.d_qk
+    if d_qk <= 64 and layout_class.kv == "ragged":
+        return TileConfig(192, 128, 2, pingpong=True, overlap=True)
     if d_qk <= 32:
         return TileConfig(128, 192, 2, pingpong=True, overlap=True)
     if d_qk <= 128:
