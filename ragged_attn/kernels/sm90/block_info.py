@@ -74,6 +74,17 @@ class BlockInfo:
         return n_block_min, n_block_max
 
     @cute.jit
+    def n_block_max_rows(self, row_first: Int32, rows: cutlass.Constexpr[int]) -> Int32:
+        """The end of the key blocks rows [row_first, row_first + rows) of the tile may see (at
+        most n_block_range's); without a right bound, n_block_range's. Needs row_first < len_q."""
+        _, n_block_max = self.n_block_range()
+        if const_expr(self.has_right):
+            row_last = cutlass.min(row_first + rows, self.len_q) - 1
+            col_end = cutlass.max(row_last + self.off + self.right + 1, 0)
+            n_block_max = cutlass.min(n_block_max, (col_end + (self.tile_n - 1)) // self.tile_n)
+        return n_block_max
+
+    @cute.jit
     def needs_mask(self, n_block: Int32) -> cutlass.Boolean:
         """True when some element of block (m_block, n_block) is masked for some row of the tile."""
         col_first = n_block * self.tile_n

@@ -138,6 +138,9 @@ class RaggedForwardSm90:
         self.o_aliases_q = alias
         self.turn_first_gemm = config.turn_first_gemm and config.pingpong
         self.wg_epilogue = config.wg_epilogue and not alias  # O in Q's buffer: every warpgroup's GEMMs first
+        # Warpgroups skip the key blocks their own rows do not see: with the overlapped mainloop,
+        # when its ping-pong turns are one per block (turn_first_gemm) or there are none.
+        self.wg_skip = config.wg_skip and self.overlap and (self.turn_first_gemm or not self.pingpong)
         self.has_right = mask in ("causal", "window")
         self.has_left = mask == "window"
         self.num_mma_threads = 128 * self.num_mma_warpgroups
@@ -797,8 +800,25 @@ class RaggedForwardSm90:
                 )  # fmt: skip
                 # A warpgroup whose 64 rows all lie past len_q (a sequence's partial last tile) only
                 # keeps step: it releases each K/V stage and passes its turns, issuing no GEMM.
-                wg_has_rows = m_block * self.tile_m + 64 * wg_idx < seqlen.len_q
-                if const_expr(self.overlap):
+                wg_row_first = m_block * self.tile_m + 64 * wg_idx
+                wg_has_rows = wg_row_first < seqlen.len_q
+                if const_expr(self.wg_skip):
+                    # Per warpgroup: the tile's last key blocks that none of its own rows sees
+                    # (causal and right windows: the lower warpgroups of a diagonal tile) it only
+                    # keeps step through, one turn each, then runs the mainloop on the rest.
+                    if n_block_max > n_block_min:
+                        wg_max = n_block_min
+                        if wg_has_rows:
+                            wg_max = cutlass.max(block_info.n_block_max_rows(wg_row_first, 64), n_block_min)
+                        skip = n_block_max - wg_max
+                        if skip > 0:
+                            kv_state = self.mainloop_idle(pipe_k, pipe_v, skip, skip, wg_idx, kv_state)
+                        if wg_max > n_block_min:
+                            kv_state = self.mainloop_overlap(
+                                tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                                pipe_k, pipe_v, block_info, n_block_min, wg_max, wg_idx, mask_args, kv_state,
+                            )  # fmt: skip
+                elif const_expr(self.overlap):
                     if n_block_max > n_block_min:
                         if wg_has_rows:
                             kv_state = self.mainloop_overlap(

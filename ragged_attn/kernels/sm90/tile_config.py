@@ -41,6 +41,9 @@ class TileConfig:
     # Each MMA warpgroup stores its own 64 rows of O behind its own named barrier (needs O's own
     # buffer); off: both warpgroups meet at a CTA-wide barrier in every epilogue.
     wg_epilogue: bool = True
+    # Each MMA warpgroup skips the tile's key blocks none of its own rows sees (causal diagonal
+    # tiles, rows past len_q), releasing their stages and passing its turns.
+    wg_skip: bool = True
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -101,7 +104,11 @@ def tile_config(layout_class) -> TileConfig:
       sequence is a 192-row tile and a 64-row one), long and mixed ones gain 9-22%, as FA3's and
       FA4's choice of 192 rows at d64. 192 x 192 at d64 spills (464 B); 128 x 192 at d64 293 vs
       321. d96: 192 x 128 spills (96 B), 192 x 112 403 vs 128 x 128 408 on mixed14 (kept 128).
-      Paged d64 at 192 rows spills (32 B at 40/152 registers): paged keeps 128-row tiles. The window family uses the same tiles (FA4 shrinks tile_n for local masks
+      Paged d64 at 192 rows spills (32 B at 40/152 registers): paged keeps 128-row tiles.
+    - wg_skip (each warpgroup skips the key blocks its rows do not see) at 192 x 128, against
+      without: d64 mixed14 352 -> 369 (FA3 353), 16 x 256 98 -> 108, 4 x 512 143 -> 148,
+      2 x 8192 545 -> 551; d32 mixed14 204 -> 210, 16 x 256 54 -> 61; d128 (128 x 128) 2 x 8192
+      613 -> 609 (noise). d64 at 128 x 128 for comparison: 16 x 256 118, 64 x 128 78, 4 x 512 157. The window family uses the same tiles (FA4 shrinks tile_n for local masks
     at d > 128: unmeasured here).
     """
     d_qk = layout_class.d_qk
