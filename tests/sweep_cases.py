@@ -341,6 +341,9 @@ def draw(seed: int, index: int) -> SweepProblem:
     r = rng.random()
     max_seqlen_k = longest_k if r < 0.6 else (longest_k + rng.randint(1, 300) if r < 0.8 else None)
     softmax_scale = round(d_qk**-0.5 * rng.uniform(0.25, 2.0), 6) if rng.random() < 0.15 else None
+    api = "plan" if rng.random() < 0.3 else "attention"
+    if max_seqlen_q is None and lse_layout == "padded" and api == "plan":
+        max_seqlen_q = longest_q  # a plan binds no LSE buffer: its padded s_max is max_seqlen_q
 
     return SweepProblem(
         index=index, seed=seed, tier=tier, lens_q=tuple(lens_q), lens_k=tuple(lens_k),
@@ -352,7 +355,7 @@ def draw(seed: int, index: int) -> SweepProblem:
         k_lead=k_lead, k_tail=k_tail, gaps_k=tuple(gaps_k) if gaps_k is not None else None,
         table_extra=rng.choice([0, 0, 0, 1, 3]) if paged else 0, pool_extra=pool_extra,
         softmax_scale=softmax_scale, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-        api="plan" if rng.random() < 0.3 else "attention", calls=2 if rng.random() < 0.15 else 1,
+        api=api, calls=2 if rng.random() < 0.15 else 1,
         backend="cute" if rng.random() < 0.15 else "auto",
     )  # fmt: skip
 

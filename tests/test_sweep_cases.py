@@ -83,6 +83,14 @@ def test_arguments_pass_the_api_checks_and_map_to_the_expected_class(p):
     assert ragged_attn.layout_class_of(*args, **options, arch="sm_90a") == expected_class(p)
 
 
+@pytest.mark.parametrize("p", [p for p in GATE if p.api == "plan" and p.lse_layout == "padded"][:50],
+                         ids=lambda p: f"case{p.index}")
+def test_padded_lse_plans_name_their_s_max(p):
+    """A plan binds no LSE buffer, so a padded LSE's s_max must come from max_seqlen_q (the API
+    refuses a padded-LSE plan without it; the sweep drew such plans before 2026-12-02)."""
+    assert p.max_seqlen_q is not None and p.max_seqlen_q >= max(p.lens_q)
+
+
 def _has_rows_that_see_no_key(p) -> bool:
     causal = p.causal is not False
     left, right = p.window[0], 0 if causal else p.window[1]

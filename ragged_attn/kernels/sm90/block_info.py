@@ -85,6 +85,15 @@ class BlockInfo:
         return n_block_max
 
     @cute.jit
+    def n_block_min_rows(self, row_first: Int32) -> Int32:
+        """The first key block rows row_first.. of the tile may see (at least n_block_range's);
+        without a left bound, n_block_range's."""
+        n_block_min, _ = self.n_block_range()
+        if const_expr(self.has_left):
+            n_block_min = cutlass.max(row_first + self.off - self.left, 0) // self.tile_n
+        return n_block_min
+
+    @cute.jit
     def needs_mask(self, n_block: Int32) -> cutlass.Boolean:
         """True when some element of block (m_block, n_block) is masked for some row of the tile."""
         col_first = n_block * self.tile_n

@@ -7,14 +7,18 @@ Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the pers
   counter, which every launch leaves at 0). Ragged K/V: warp 0 of the producer warpgroup takes
   each ticket and hands the tile index to the MMA warpgroups through a 2-slot smem pipeline; the
   paged class walks the static stride t += gridDim.x in every warp instead.
-- 3 warpgroups, 384 threads. Warpgroup 0 is the producer: its warp 0 issues TMA loads of Q
+- 3 or 4 warpgroups, 384 or 512 threads (2 or 3 MMA warpgroups: tile_m 128 or 192). Warpgroup 0 is the producer: its warp 0 issues TMA loads of Q
   (1-stage pipeline) and of K and V (two `PipelineTmaAsync`s, `num_stages` deep), walking the key
   blocks from the last one down. The K/V stages run on across tiles: the next tile's first K/V
   blocks (and its Q, once the MMA warpgroups release Q after their last GEMM) load while the
-  current tile's last block and epilogue run. Warpgroups 1 and 2 each own 64 of the tile_m = 128
-  query rows: S = Q K^T (SS WGMMA), mask on boundary blocks, online softmax, O += P V (RS WGMMA,
-  P stays in registers), then the epilogue (O through smem, 128-bit row- and column-predicated
-  stores; LSE per row). Tiles per class: tile_config.py (tile_m = 128, tile_n 80..128).
+  current tile's last block and epilogue run. Each MMA warpgroup owns 64 of the tile_m query
+  rows: S = Q K^T (SS WGMMA), mask on boundary blocks, online softmax, O += P V (RS WGMMA, P
+  stays in registers), then its own epilogue (its O rows through smem behind its own named
+  barrier, 128-bit row- and column-predicated stores; LSE per row). The warpgroups take turns
+  issuing GEMMs (ping-pong, a ring of named barriers, one turn per key block); a warpgroup skips
+  the tile's last key blocks none of its own rows sees (causal diagonals, rows past len_q): it
+  releases their K/V stages and passes their turns (`mainloop_idle`). Tiles per class:
+  tile_config.py (tile_m 128 or 192, tile_n 80..192).
 - Tile slots: per sequence (tiles_max = ceil(max(max_seqlen_q, lse_s_max) / tile_m) slots each)
   or packed (total_q // tile_m + B slots in all, sequence b from cu_seqlens_q[b] // tile_m + b on,
   found by binary search), whichever has fewer; packed only without a padded LSE. A slot without
@@ -803,21 +807,27 @@ class RaggedForwardSm90:
                 wg_row_first = m_block * self.tile_m + 64 * wg_idx
                 wg_has_rows = wg_row_first < seqlen.len_q
                 if const_expr(self.wg_skip):
-                    # Per warpgroup: the tile's last key blocks that none of its own rows sees
-                    # (causal and right windows: the lower warpgroups of a diagonal tile) it only
-                    # keeps step through, one turn each, then runs the mainloop on the rest.
+                    # Per warpgroup: the tile's key blocks that none of its own rows sees (causal
+                    # and right windows: the last blocks, for the lower warpgroups of a diagonal
+                    # tile; left windows: the first blocks, for the upper ones) it only keeps step
+                    # through, one turn each; the mainloop runs on the blocks between.
                     if n_block_max > n_block_min:
                         wg_max = n_block_min
+                        wg_min = n_block_min
                         if wg_has_rows:
                             wg_max = cutlass.max(block_info.n_block_max_rows(wg_row_first, 64), n_block_min)
+                            wg_min = cutlass.min(cutlass.max(block_info.n_block_min_rows(wg_row_first), n_block_min), wg_max)
                         skip = n_block_max - wg_max
                         if skip > 0:
                             kv_state = self.mainloop_idle(pipe_k, pipe_v, skip, skip, wg_idx, kv_state)
-                        if wg_max > n_block_min:
+                        if wg_max > wg_min:
                             kv_state = self.mainloop_overlap(
                                 tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-                                pipe_k, pipe_v, block_info, n_block_min, wg_max, wg_idx, mask_args, kv_state,
+                                pipe_k, pipe_v, block_info, wg_min, wg_max, wg_idx, mask_args, kv_state,
                             )  # fmt: skip
+                        rest = wg_min - n_block_min
+                        if rest > 0:
+                            kv_state = self.mainloop_idle(pipe_k, pipe_v, rest, rest, wg_idx, kv_state)
                 elif const_expr(self.overlap):
                     if n_block_max > n_block_min:
                         if wg_has_rows:

@@ -41,6 +41,12 @@ def sm_count(device) -> int:
 
 
 _COUNTERS: dict = {}  # (device index, raw stream) -> int32 (1,) tile counter
+# Per device: a bank of zeroed counters allocated outside any capture, and the next free slot.
+# Each launch captured into a CUDA graph takes a slot of its own for good, so graphs replayed side
+# by side never share a counter and no counter lives in a graph's memory pool (torch.compile's
+# CUDA-graph trees refuse pool allocations that outlive the recording).
+_CAPTURE_BANK_SLOTS = 4096
+_CAPTURE_BANKS: dict = {}  # device index -> [int32 (_CAPTURE_BANK_SLOTS,) tensor, next slot]
 
 
 def tile_counter(q):
@@ -49,19 +55,27 @@ def tile_counter(q):
     exactly as many tickets as it has tiles, and the last taker resets it; forward.py next_tile).
     Launches on one stream run one after another, so each (device, stream) keeps one counter;
     launches on other streams use their own. While the stream is being captured into a CUDA graph,
-    a fresh zeroed tensor from the graph's memory pool (its memset is captured too), so that graphs
-    replayed side by side never share a counter."""
+    a slot of the device's capture bank (allocated, zeroed, at the first launch outside a capture)
+    that no other launch uses; with the bank spent or not yet made, a fresh zeroed tensor from the
+    graph's memory pool (its memset is captured too)."""
     import torch
 
     if not q.is_cuda:  # a stand-in entry (tests/test_fast_launch.py) on a machine without CUDA
         return torch.zeros((1,), dtype=torch.int32)
-    if torch.cuda.is_current_stream_capturing():
-        return torch.zeros((1,), dtype=torch.int32, device=q.device)
     dev = q.get_device()
+    if torch.cuda.is_current_stream_capturing():
+        bank = _CAPTURE_BANKS.get(dev)
+        if bank is None or bank[1] >= _CAPTURE_BANK_SLOTS:
+            return torch.zeros((1,), dtype=torch.int32, device=q.device)
+        slot = bank[1]
+        bank[1] += 1
+        return bank[0][slot : slot + 1]
     key = (dev, torch._C._cuda_getCurrentRawStream(dev))
     counter = _COUNTERS.get(key)
     if counter is None:
         counter = _COUNTERS[key] = torch.zeros((1,), dtype=torch.int32, device=q.device)
+        if dev not in _CAPTURE_BANKS:
+            _CAPTURE_BANKS[dev] = [torch.zeros((_CAPTURE_BANK_SLOTS,), dtype=torch.int32, device=q.device), 0]
     return counter
 
 
@@ -204,14 +218,22 @@ def launch_forward(
     "NHD" (num_pages, page_size, H_kv, D) or "HND" (num_pages, H_kv, page_size, D) per kv_layout,
     and key lengths come from seqused_k, else from cu_seqlens_k differences (cu_seqlens_k may be
     None when seqused_k is given).
-    Empty packed tensors (total_q == 0 or total_k == 0) are served with torch fills on the current
-    stream (the whole out/lse buffers), since TMA descriptors cannot describe an empty extent.
+    No queries (total_q == 0) or an empty page pool are served with torch fills on the current
+    stream (the whole out/lse buffers), since TMA descriptors cannot describe an empty extent; no
+    keys (ragged total_k == 0) runs the kernel with q and out standing in for k and v.
     """
     if batch == 0 or q.shape[1] == 0 or max(max_seqlen_q, lse_s_max) == 0:
         return
-    if q.shape[0] == 0 or k.shape[0] == 0:
+    if q.shape[0] > 0 and k.shape[0] == 0 and page_table is None:
+        # No keys: every row sees nothing (O = 0, LSE = -inf). TMA descriptors need non-empty
+        # extents, so q stands in for k and out for v (same dtype, heads and head dims); with every
+        # key length 0 the kernel loads no key block and writes exactly the valid rows, leaving
+        # the caller's rows outside every sequence as they were.
+        k, v = q, out
+        seqused_k = None
+    elif q.shape[0] == 0 or k.shape[0] == 0:
         # TMA descriptors need non-empty extents. No queries: only padded LSE rows remain (all
-        # past len_q = 0). No keys: every row sees nothing, O = 0 and LSE = -inf.
+        # past len_q = 0). An empty page pool: every row sees nothing, O = 0 and LSE = -inf.
         if lse is not None and (lse_s_max > 0 or q.shape[0] > 0):
             lse.fill_(float("-inf"))
         if q.shape[0] > 0:

@@ -99,7 +99,7 @@ class OnlineSoftmax:
             s = self.row_sum[r]
             s = s + cute.arch.shuffle_sync_bfly(s, offset=2)
             s = s + cute.arch.shuffle_sync_bfly(s, offset=1)
-            empty = s == Float32(0.0) or s != s
+            empty = s == Float32(0.0)  # no key seen; a NaN sum (a seen key held NaN) stays NaN
             row_scale[r] = Float32(0.0) if empty else cute.arch.rcp_approx(s)
             lse = self.row_max[r] * self.scale_log2 + cute.math.log2(s, fastmath=True)
             self.row_sum[r] = -Float32.inf if empty else lse

@@ -104,7 +104,8 @@ def tile_config(layout_class) -> TileConfig:
       sequence is a 192-row tile and a 64-row one), long and mixed ones gain 9-22%, as FA3's and
       FA4's choice of 192 rows at d64. 192 x 192 at d64 spills (464 B); 128 x 192 at d64 293 vs
       321. d96: 192 x 128 spills (96 B), 192 x 112 403 vs 128 x 128 408 on mixed14 (kept 128).
-      Paged d64 at 192 rows spills (32 B at 40/152 registers): paged keeps 128-row tiles.
+      Paged d64 at 192 rows spills (32 B at 40/152 registers), and so does the d64 window family
+      (116 B, its left bound's registers): both keep 128-row tiles.
     - wg_skip (each warpgroup skips the key blocks its rows do not see) at 192 x 128, against
       without: d64 mixed14 352 -> 369 (FA3 353), 16 x 256 98 -> 108, 4 x 512 143 -> 148,
       2 x 8192 545 -> 551; d32 mixed14 204 -> 210, 16 x 256 54 -> 61; d128 (128 x 128) 2 x 8192
@@ -112,7 +113,7 @@ def tile_config(layout_class) -> TileConfig:
     at d > 128: unmeasured here).
     """
     d_qk = layout_class.d_qk
-    if d_qk <= 64 and layout_class.kv == "ragged":
+    if layout_class.kv == "ragged" and (d_qk <= 32 or (d_qk <= 64 and layout_class.mask != "window")):
         return TileConfig(192, 128, 2, pingpong=True, overlap=True)
     if d_qk <= 32:
         return TileConfig(128, 192, 2, pingpong=True, overlap=True)
