@@ -78,7 +78,9 @@ def attention(
             the passed buffer's extent; a passed buffer may store those axes in any compact dim
             order. Padded rows past a sequence's length hold -inf.
         lse_base: "ln" (natural log) or "log2" (FlashInfer's spelling).
-        out, lse: optional destinations (shapes above; out dtype = q dtype on the kernels).
+        out, lse: optional destinations (shapes above). out's dtype is q's on every backend (the
+            kernels write the input dtype; the reference computes in float32 and rounds to q's
+            dtype), so another dtype is a TypeError; lse is float32.
         backend: "auto" (reference on CPU tensors, the GPU kernel on CUDA tensors), "reference"
             (exact PyTorch in float32, any device; reads lengths back to the host), or "cute".
 
@@ -91,7 +93,7 @@ def attention(
     (ragged_attn/torch_op.py).
 
     Returns:
-        out (total_q, H_q, D_v), or (out, lse) when return_lse.
+        out (total_q, H_q, D_v) in q's dtype, or (out, lse) when return_lse (lse float32).
     Raises:
         TypeError / ValueError: a bad argument (named in the message), among them an out / lse
             overlapping any input (q, k, v, cu_seqlens_q/k, seqused_q/k, page_table; the message

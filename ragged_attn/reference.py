@@ -1,7 +1,8 @@
 """The exact PyTorch implementation of the whole contract: the test oracle and the CPU backend.
 
 Float32 scores, softmax and P @ V whatever the input dtype, one sequence at a time, queries in
-chunks so long sequences fit in memory. It reads the lengths back to the host (`.tolist()`): it is
+chunks so long sequences fit in memory; the output is rounded to q's dtype (the kernels' rule, one
+for both backends), the LSE stays float32. It reads the lengths back to the host (`.tolist()`): it is
 the oracle, not the product path. Every value check happens before anything is written.
 
 Non-finite inputs (the one definition, docs/SUPPORT_MATRIX.md "Non-finite inputs"): row i of a
@@ -219,7 +220,8 @@ def attention_reference(
 ):
     """`ragged_attn.attention` computed by PyTorch in float32, on any device (CPU included).
 
-    Same arguments, shapes and conventions as `ragged_attn.attention`. Unlike the kernels, it
+    Same arguments, shapes and conventions as `ragged_attn.attention`; out is q's dtype (computed in
+    float32, rounded once), lse float32. Unlike the kernels, it
     reads cu_seqlens / seqused / page_table back to the host (one sync per call) and checks their
     values (ValueError for offsets out of order or out of range, lengths above max_seqlen_*,
     page ids outside the pool). Fully masked rows and empty key ranges give O = 0, LSE = -inf.

@@ -119,7 +119,10 @@ BAD = [
     ("lse-padded-no-max", ValueError, ["max_seqlen_q", "padded"], lambda kw: kw.update(
         return_lse=True, lse_layout="padded", max_seqlen_q=None)),
     ("out-shape", ValueError, ["out", "shape"], lambda kw: kw.update(out=torch.empty(TOTAL, H_Q, 32).bfloat16())),
-    ("out-dtype-vs-float", TypeError, ["out_dtype"], lambda kw: kw.update(out=torch.empty(TOTAL, H_Q, D, dtype=torch.int8))),
+    ("out-dtype-int8", TypeError, ["out", "bfloat16", "q's"], lambda kw: kw.update(out=torch.empty(TOTAL, H_Q, D, dtype=torch.int8))),
+    # One rule for both backends: out is q's dtype (the reference wrote a float32 out for bf16 q).
+    ("out-dtype-float32", TypeError, ["out", "bfloat16", "every backend"], lambda kw: kw.update(
+        out=torch.empty(TOTAL, H_Q, D, dtype=torch.float32))),
     ("out-last-dim", ValueError, ["out", "contiguous"], lambda kw: kw.update(out=torch.empty(TOTAL, H_Q, 2 * D).bfloat16()[..., ::2])),
     ("out-aliases-q", ValueError, ["out", "overlapping q"], lambda kw: kw.update(out=kw["q"])),
     ("out-expanded", ValueError, ["out", "do not share memory"], lambda kw: kw.update(

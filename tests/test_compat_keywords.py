@@ -135,10 +135,30 @@ def test_flashinfer_lse_ignored_without_return_lse_and_other_keywords_accepted()
     out, got = _fi(q, k, v, max_token_per_sequence=mq, max_sequence_kv=mk,
                    actual_seq_lens_q=torch.tensor(case.lens_q, dtype=torch.int32),
                    actual_seq_lens_kv=torch.tensor(case.lens_k, dtype=torch.int32), return_lse=False, lse=lse,
-                   is_cuda_graph_compatible=True, backend="cubin", o_data_type=torch.float32)  # fmt: skip
+                   is_cuda_graph_compatible=True, backend="cubin", o_data_type=q.dtype)  # fmt: skip
     assert got is None and torch.all(lse == 1.5)
-    want = attention(*args, causal=True, softmax_scale=0.125, out=torch.empty(q.shape[0], 4, 64))
-    assert out.dtype == torch.float32 and torch.equal(out, want)
+    want = attention(*args, causal=True, softmax_scale=0.125)
+    assert out.dtype == q.dtype == torch.bfloat16 and torch.equal(out, want)
+
+
+@pytest.mark.parametrize("backend", ["auto", "reference"])
+def test_flashinfer_output_is_q_dtype_on_every_backend(backend):
+    """One out-dtype rule for both backends (issue 12 item 5): the output is q's dtype; an
+    o_data_type of another dtype declines by name and an out buffer of another dtype is a
+    TypeError, on the reference as on the kernel, before anything is written."""
+    case, args, _ = _fi_case(59, [3, 4], [5, 4])
+    q, k, v, cu_q, cu_k, mq, mk = args
+    kw = dict(max_token_per_sequence=mq, max_sequence_kv=mk, return_lse=False, ragged_attn_backend=backend,
+              actual_seq_lens_q=torch.tensor(case.lens_q, dtype=torch.int32),
+              actual_seq_lens_kv=torch.tensor(case.lens_k, dtype=torch.int32))  # fmt: skip
+    out, _ = _fi(q, k, v, **kw)
+    assert out.dtype == torch.bfloat16
+    with pytest.raises(NotImplementedError, match="o_data_type.*q's dtype"):
+        _fi(q, k, v, o_data_type=torch.float32, **kw)
+    buf = torch.full((q.shape[0], 4, 64), 7.0)
+    with pytest.raises(TypeError, match="out: expected dtype bfloat16"):
+        _fi(q, k, v, out=buf, **kw)
+    assert torch.all(buf == 7.0)
 
 
 # --- FlashAttention 2.8.3 + FA4 keywords ------------------------------------------------------

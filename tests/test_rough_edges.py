@@ -49,6 +49,36 @@ def test_cpu_plan_refuses_another_device_type():
         plan.run(*meta)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("backend", ["auto", "reference"])
+def test_out_is_q_dtype_on_every_backend(dtype, backend):
+    """One out-dtype rule (the kernels'): out is q's dtype. The reference computes in float32 and
+    rounds once: its output equals the float32 computation of the same values cast to q's dtype."""
+    seed = int(torch.randint(0, 2**31 - 1, ()).item())  # fresh inputs each run
+    args = _args(dtype=dtype, seed=seed)
+    out, lse = ragged_attn.attention(*args, causal=True, return_lse=True, backend=backend)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    q, k, v, *meta = args
+    want, want_lse = ragged_attn.attention(q.float(), k.float(), v.float(), *meta, causal=True, return_lse=True,
+                                           backend="reference")  # fmt: skip
+    assert torch.equal(out, want.to(dtype)), f"seed {seed}: not the float32 result rounded to {dtype}"
+    assert torch.equal(lse, want_lse)
+    plan = ragged_attn.plan(*args, causal=True, backend=backend)
+    assert plan.run(*args).dtype == dtype
+
+
+@pytest.mark.parametrize("entry", ["attention", "plan.run"])
+def test_out_of_another_dtype_is_a_type_error_before_writing(entry):
+    """The reference wrote a float32 `out` for bf16 inputs where the kernels decline; now every
+    backend refuses it the same way, and the buffer is untouched."""
+    args = _args(dtype=torch.bfloat16)
+    buf = torch.full((args[0].shape[0], 4, 64), 5.0)  # float32
+    call = ragged_attn.attention if entry == "attention" else ragged_attn.plan(*args).run
+    with pytest.raises(TypeError, match="out: expected dtype bfloat16 .*every backend.*got float32"):
+        call(*args, out=buf)
+    assert torch.all(buf == 5.0)
+
+
 def test_causal_bottom_right_spelling_is_causal_true():
     args = _args()
     want = ragged_attn.attention(*args, causal=True)

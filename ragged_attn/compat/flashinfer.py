@@ -179,8 +179,9 @@ def cudnn_batch_prefill_with_kv_cache(
             by the stats offsets. Ignored (and None returned) when return_lse is False, as in FlashInfer.
         is_cuda_graph_compatible: accepted; every call is capturable.
         backend: FlashInfer's backend choice (None / "cudnn" / "cubin"), accepted and ignored.
-        o_data_type: output dtype (default q's). The kernels write q's dtype; another dtype runs on
-            the reference backend only (NotImplementedError on the kernel).
+        o_data_type: output dtype: None or q's dtype. The output is q's dtype on every backend
+            (ragged_attn's one rule); another dtype (FlashInfer's fp8-in, bf16-out case) is a
+            NotImplementedError naming it, on every backend.
         lse_base: "log2" (FlashInfer's default) or "ln".
         ragged_attn_backend: ragged_attn's backend ("auto", "reference", "cute"); ours.
     Returns:
@@ -188,8 +189,8 @@ def cudnn_batch_prefill_with_kv_cache(
         batch_offsets_stats, lse is a (B, max_token_per_sequence, H_q) allocation holding the
         packed rows, -inf elsewhere (what FlashInfer allocates).
     Raises:
-        TypeError / ValueError: bad arguments (named); NotImplementedError: fp8 scales, or as
-        `ragged_attn.attention`.
+        TypeError / ValueError: bad arguments (named; an `out` not of q's dtype is a TypeError);
+        NotImplementedError: fp8 scales, an o_data_type other than q's, or as `ragged_attn.attention`.
     """
     q = chk.tensor("q", q, rank=3)
     chk.choice("batch_offsets_units", batch_offsets_units, OFFSET_UNITS)
@@ -222,7 +223,12 @@ def cudnn_batch_prefill_with_kv_cache(
     else:
         starts_k = _starts("batch_offsets_k", batch_offsets_k, lens_k, h_kv * d_qk, units, k_cache.shape[0])
 
-    out_dtype = o_data_type if o_data_type is not None else q.dtype
+    if o_data_type is not None and o_data_type != q.dtype:
+        raise NotImplementedError(
+            f"o_data_type: the output is q's dtype ({chk.dtype_name(q.dtype)}) on every backend, got "
+            f"{o_data_type}; pass None or q's dtype"
+        )
+    out_dtype = q.dtype
     chk.python_int("max_token_per_sequence", max_token_per_sequence, minimum=0, allow_none=False)
     chk.python_int("max_sequence_kv", max_sequence_kv, minimum=0, allow_none=False)
     # Output rows sit at q's starts unless batch_offsets_o says otherwise (or, in element units
@@ -233,7 +239,10 @@ def cudnn_batch_prefill_with_kv_cache(
     if out is not None:
         out = chk.tensor("out", out, rank=3)
         if out.dtype != out_dtype:
-            raise TypeError(f"out: expected dtype {chk.dtype_name(out_dtype)}, got {chk.dtype_name(out.dtype)}")
+            raise TypeError(
+                f"out: expected dtype {chk.dtype_name(out_dtype)} (q's: the output is q's dtype on every backend), "
+                f"got {chk.dtype_name(out.dtype)}"
+            )
         if o_separate:
             if tuple(out.shape[1:]) != (h_q, d_v):
                 raise ValueError(f"out: expected shape (rows, {h_q}, {d_v}) (rows, H_q, D_v), got {tuple(out.shape)}")
