@@ -17,7 +17,7 @@ Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the pers
   barrier, 128-bit row- and column-predicated stores; LSE per row). The warpgroups take turns
   issuing GEMMs (ping-pong, a ring of named barriers, one turn per key block); a warpgroup skips
   the tile's last key blocks none of its own rows sees (causal diagonals, rows past len_q): it
-  releases their K/V stages and passes their turns (`mainloop_idle`). Tiles per class:
+  releases their K/V stages and passes their turns (mainloop.py, `mainloop_idle`). Tiles per class:
   tile_config.py (tile_m 128 or 192, tile_n 80..192).
 - Tile slots: per sequence (tiles_max = ceil(max(max_seqlen_q, lse_s_max) / tile_m) slots each)
   or packed (total_q // tile_m + B slots in all, sequence b from cu_seqlens_q[b] // tile_m + b on,
@@ -61,16 +61,15 @@ from cutlass.tensor_utils import LayoutEnum
 
 from .block_info import UNBOUNDED, BlockInfo
 from .epilogue import lse_index, store_tile
-from .mask import apply_mask
+from .mainloop import SCHED_BARRIER_BASE, MmaMainloops
 from .paged_kv import PRODUCER_THREADS, PagedKV, make_gather_copy
 from .seqlen_info import SeqlenInfo
-from .softmax import OnlineSoftmax, acc_as_operand_a, acc_rows_view, rescale_rows
+from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes
 from .tile_scheduler import decode_tile, total_tiles
 
 LOG2_E = math.log2(math.e)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
-SCHED_BARRIER_BASE = 2  # ids 2 .. 4: ping-pong turns of the MMA warpgroups (one id each)
 EPILOGUE_WG_BARRIER_BASE = 5  # ids 5 .. 7: one MMA warpgroup's own epilogue (wg_epilogue)
 REGISTERS_PER_SM = 65536
 TILE_STAGES = 2  # tile indices the producer warp may hand the MMA warpgroups ahead
@@ -85,7 +84,7 @@ def make_smem_layout(dtype, rows: int, cols: int, stages: Optional[int] = None):
     return cute.tile_to_shape(atom, (rows, cols, stages), (0, 1, 2))
 
 
-class RaggedForwardSm90:
+class RaggedForwardSm90(MmaMainloops):
     """One instance per layout class; `__call__` is the `@cute.jit` host entry."""
 
     producer_regs = 24
@@ -796,60 +795,15 @@ class RaggedForwardSm90:
                 softmax = OnlineSoftmax(scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]))
                 softmax.reset()
                 acc_O.fill(0.0)
-                n_block_min, n_block_max = block_info.n_block_range()
                 pipe_q.consumer_wait(q_state)
                 mask_args = (
                     tScS, m_block, self.tile_m, self.tile_n, self.has_left, self.has_right,
                     seqlen.len_k, block_info.off, block_info.left, block_info.right,
                 )  # fmt: skip
-                # A warpgroup whose 64 rows all lie past len_q (a sequence's partial last tile) only
-                # keeps step: it releases each K/V stage and passes its turns, issuing no GEMM.
-                wg_row_first = m_block * self.tile_m + 64 * wg_idx
-                wg_has_rows = wg_row_first < seqlen.len_q
-                if const_expr(self.wg_skip):
-                    # Per warpgroup: the tile's key blocks that none of its own rows sees (causal
-                    # and right windows: the last blocks, for the lower warpgroups of a diagonal
-                    # tile; left windows: the first blocks, for the upper ones) it only keeps step
-                    # through, one turn each; the mainloop runs on the blocks between.
-                    if n_block_max > n_block_min:
-                        wg_max = n_block_min
-                        wg_min = n_block_min
-                        if wg_has_rows:
-                            wg_max = cutlass.max(block_info.n_block_max_rows(wg_row_first, 64), n_block_min)
-                            wg_min = cutlass.min(cutlass.max(block_info.n_block_min_rows(wg_row_first), n_block_min), wg_max)
-                        skip = n_block_max - wg_max
-                        if skip > 0:
-                            kv_state = self.mainloop_idle(pipe_k, pipe_v, skip, skip, wg_idx, kv_state)
-                        if wg_max > wg_min:
-                            kv_state = self.mainloop_overlap(
-                                tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-                                pipe_k, pipe_v, block_info, wg_min, wg_max, wg_idx, mask_args, kv_state,
-                            )  # fmt: skip
-                        rest = wg_min - n_block_min
-                        if rest > 0:
-                            kv_state = self.mainloop_idle(pipe_k, pipe_v, rest, rest, wg_idx, kv_state)
-                elif const_expr(self.overlap):
-                    if n_block_max > n_block_min:
-                        if wg_has_rows:
-                            kv_state = self.mainloop_overlap(
-                                tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-                                pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
-                            )  # fmt: skip
-                        else:
-                            turns = n_block_max - n_block_min - 1
-                            if const_expr(self.turn_first_gemm):
-                                turns += 1
-                            kv_state = self.mainloop_idle(pipe_k, pipe_v, n_block_max - n_block_min, turns, wg_idx, kv_state)
-                else:
-                    if wg_has_rows:
-                        kv_state = self.mainloop_plain(
-                            tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-                            pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
-                        )  # fmt: skip
-                    else:
-                        kv_state = self.mainloop_idle(
-                            pipe_k, pipe_v, n_block_max - n_block_min, n_block_max - n_block_min + 1, wg_idx, kv_state
-                        )  # fmt: skip
+                kv_state = self.tile_mainloop(
+                    tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                    pipe_k, pipe_v, block_info, seqlen.len_q, m_block, wg_idx, mask_args, kv_state,
+                )  # fmt: skip
                 if const_expr(not self.o_aliases_q):
                     pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done
                 row_scale = softmax.finalize()
@@ -868,156 +822,3 @@ class RaggedForwardSm90:
                 t, tile_state = self.take_over(pipe_tile, sTileIdx, tile_state)
             else:
                 t += Int64(cute.arch.grid_dim()[0])
-
-    @cute.jit
-    def mainloop_plain(
-        self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
-    ):
-        """One GEMM pair per key block, no overlap inside a warpgroup (tools' comparisons only).
-        Per tile each warpgroup waits n + 1 times and passes n + 1 times (see sched_wait)."""
-        self.sched_wait(wg_idx)
-        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
-            n_block = n_block_max - 1 - i
-            # S = Q K^T
-            self.kv_wait(pipe_k, kv_state)
-            acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
-            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
-            self.sched_pass(wg_idx)
-            warpgroup.wait_group(0)
-            pipe_k.consumer_release(kv_state)
-            self.mask_softmax(acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, True)
-            # O += P V
-            self.kv_wait(pipe_v, kv_state)
-            self.sched_wait(wg_idx)
-            self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
-            pipe_v.consumer_release(kv_state)
-            kv_state.advance()
-        self.sched_pass(wg_idx)
-        return kv_state
-
-    @cute.jit
-    def mainloop_idle(self, pipe_k, pipe_v, n_blocks: Int32, turns: Int32, wg_idx: Int32, kv_state):
-        """A warpgroup without rows in this tile: wait for and release each of the tile's K/V
-        stages (every MMA warp releases every stage) and take and pass as many ping-pong turns as
-        the mainloop of its siblings does, one after each block; O stays 0, the softmax state empty."""
-        for i in cutlass.range(n_blocks, unroll=1):
-            self.kv_wait(pipe_k, kv_state)
-            pipe_k.consumer_release(kv_state)
-            self.kv_wait(pipe_v, kv_state)
-            pipe_v.consumer_release(kv_state)
-            kv_state.advance()
-            # Turn i after block i's stages: the siblings' turn i + 1 may need block i + 2's
-            # stages refilled, which needs this warpgroup's releases of block i first.
-            if i < turns:
-                self.sched_wait(wg_idx)
-                self.sched_pass(wg_idx)
-        for _ in cutlass.range(turns - n_blocks, unroll=1):
-            self.sched_wait(wg_idx)
-            self.sched_pass(wg_idx)
-        return kv_state
-
-    @cute.jit
-    def mask_softmax(self, acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, rescale: cutlass.Constexpr[bool]):
-        """Mask (boundary blocks only), online softmax, P -> 16-bit A fragment, O rescale."""
-        tScS, m_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right = mask_args
-        if block_info.needs_mask(n_block):
-            apply_mask(acc_S, tScS, m_block, n_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right)
-        row_scale = softmax.step(acc_S)
-        if const_expr(rescale):
-            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
-            rescale_rows(acc_O, row_scale)
-        return row_scale
-
-    @cute.jit
-    def mainloop_overlap(
-        self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
-    ):
-        """Intra-warpgroup overlap: the softmax of block n runs while O += P V of block n + 1 is
-        on the tensor cores. Prologue: S and P of the first block; each step issues S of the next
-        block and P V of the previous one, softmaxes the new S under the PV GEMM; epilogue: last PV.
-        Needs n_block_max > n_block_min. Scheduling barriers bracket each step's GEMM issue
-        (n - 1 waits and passes per warpgroup). Returns the K/V state of the next tile's first block."""
-        self.kv_wait(pipe_k, kv_state)
-        acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
-        if const_expr(self.turn_first_gemm):
-            self.sched_wait(wg_idx)
-            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
-            self.sched_pass(wg_idx)
-            warpgroup.wait_group(0)
-        else:
-            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False)
-        pipe_k.consumer_release(kv_state)
-        self.mask_softmax(acc_S, n_block_max - 1, block_info, softmax, tOrP, acc_O, mask_args, False)
-        tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
-        for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
-            n_block = n_block_max - 2 - i
-            v_state = kv_state.clone()
-            kv_state.advance()
-            self.kv_wait(pipe_k, kv_state)
-            self.sched_wait(wg_idx)
-            acc_S2 = cute.make_rmem_tensor(acc_S_shape, Float32)
-            self.gemm(tiled_mma_qk, acc_S2, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
-            self.kv_wait(pipe_v, v_state)
-            self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], True, wait=False)
-            self.sched_pass(wg_idx)
-            warpgroup.wait_group(1)  # S done, PV may still run
-            pipe_k.consumer_release(kv_state)
-            row_scale = self.mask_softmax(acc_S2, n_block, block_info, softmax, tOrP, acc_O, mask_args, False)
-            warpgroup.wait_group(0)
-            pipe_v.consumer_release(v_state)
-            tOrP.store(acc_as_operand_a(acc_S2).load().to(self.dtype))
-            rescale_rows(acc_O, row_scale)
-        self.kv_wait(pipe_v, kv_state)
-        self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
-        pipe_v.consumer_release(kv_state)
-        kv_state.advance()
-        return kv_state
-
-    @cute.jit
-    def kv_wait(self, pipe, state):
-        """Wait for a K or V stage. Paged stages are written by cp.async (generic proxy): fence
-        them into the async proxy before WGMMA reads them."""
-        pipe.consumer_wait(state)
-        if const_expr(self.paged):
-            cute.arch.fence_view_async_shared()
-
-    @cute.jit
-    def gemm(
-        self,
-        tiled_mma: cute.TiledMma,
-        acc: cute.Tensor,
-        tCrA: cute.Tensor,
-        tCrB: cute.Tensor,
-        accumulate: cutlass.Constexpr[bool],
-        wait: cutlass.Constexpr[bool] = True,
-    ):
-        """acc (+)= A B over the K modes of one warpgroup's fragments; `wait`: block until done."""
-        warpgroup.fence()
-        atom = cute.make_mma_atom(tiled_mma.op)  # fresh atom: its ACCUMULATE field is mutated
-        atom.set(warpgroup.Field.ACCUMULATE, accumulate)
-        for k in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
-            cute.gemm(atom, acc, tCrA[None, None, k], tCrB[None, None, k], acc)
-            atom.set(warpgroup.Field.ACCUMULATE, True)
-        warpgroup.commit_group()
-        if const_expr(wait):
-            warpgroup.wait_group(0)
-
-    # Warpgroup scheduling barriers (ids SCHED_BARRIER_BASE + wg): a warpgroup waits on its own
-    # barrier before issuing GEMMs and, once issued, arrives on the next one's (a ring: 0 -> 1 -> 0,
-    # or 0 -> 1 -> 2 -> 0); each barrier counts its waiter's 128 threads and the passer's 128.
-    # Warpgroup 0 arrives on its own once per CTA (`mma`), then each tile makes as many waits as
-    # passes per warpgroup, so the turn is warpgroup 0's again at every tile's start.
-    @cute.jit
-    def sched_wait(self, wg_idx: Int32):
-        if const_expr(self.pingpong):
-            cute.arch.barrier(barrier_id=SCHED_BARRIER_BASE + wg_idx, number_of_threads=256)
-
-    @cute.jit
-    def sched_pass(self, wg_idx: Int32):
-        if const_expr(self.pingpong):
-            nxt = wg_idx + 1
-            if nxt == self.num_mma_warpgroups:
-                nxt = Int32(0)
-            cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE + nxt, number_of_threads=256)

@@ -1,0 +1,247 @@
+"""The MMA warpgroups' mainloops of the sm_90a forward kernel (a mixin of RaggedForwardSm90).
+
+Per tile each MMA warpgroup runs `tile_mainloop`: S = Q K^T (SS WGMMA), mask on boundary blocks,
+online softmax, O += P V (RS WGMMA, P in registers), over the key blocks its own 64 query rows
+see, last block first; blocks no row of the warpgroup sees (and tiles where it holds no row) it
+only keeps step through (`mainloop_idle`): it waits for and releases their K/V stages and passes
+their ping-pong turns. Ping-pong: the warpgroups take turns issuing GEMMs through a ring of named
+barriers (ids SCHED_BARRIER_BASE + warpgroup), one turn per key block.
+
+Contract rules (tests/gpu/test_kernel_sm90.py: the idle_warpgroups_* and window cases):
+1. Every MMA warp releases every K/V stage of every tile, whatever it computes.
+2. Per tile every warpgroup takes as many turns as it passes, so the ring starts each tile at
+   warpgroup 0.
+3. An idle warpgroup takes turn i only after releasing block i's stages: a sibling's turn i + 1
+   may wait for block i + 2, whose stage needs those releases first.
+
+Attributes the mixin reads (set by RaggedForwardSm90.__init__): dtype, paged, pingpong, overlap,
+turn_first_gemm, wg_skip, num_mma_warpgroups.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr
+from cutlass.cute.nvgpu import warpgroup
+
+from .mask import apply_mask
+from .softmax import acc_as_operand_a, rescale_rows
+
+SCHED_BARRIER_BASE = 2  # ids 2 .. 4: ping-pong turns of the MMA warpgroups (one id each)
+
+
+class MmaMainloops:
+    """The mainloop methods of the forward kernel's MMA warpgroups."""
+
+    @cute.jit
+    def tile_mainloop(
+        self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+        pipe_k, pipe_v, block_info, len_q: Int32, m_block: Int32, wg_idx: Int32, mask_args, kv_state,
+    ):
+        """One MMA warpgroup's key blocks of a tile: the mainloop over the blocks its own 64 rows
+        see and, for the others, `mainloop_idle`, so that every warpgroup releases every K/V stage
+        and takes as many ping-pong turns as its siblings. Returns the K/V state of the next tile."""
+        n_block_min, n_block_max = block_info.n_block_range()
+        # A warpgroup whose 64 rows all lie past len_q (a sequence's partial last tile) only
+        # keeps step: it releases each K/V stage and passes its turns, issuing no GEMM.
+        wg_row_first = m_block * self.tile_m + 64 * wg_idx
+        wg_has_rows = wg_row_first < len_q
+        if const_expr(self.wg_skip):
+            # Per warpgroup: the tile's key blocks that none of its own rows sees (causal
+            # and right windows: the last blocks, for the lower warpgroups of a diagonal
+            # tile; left windows: the first blocks, for the upper ones) it only keeps step
+            # through, one turn each; the mainloop runs on the blocks between.
+            if n_block_max > n_block_min:
+                wg_max = n_block_min
+                wg_min = n_block_min
+                if wg_has_rows:
+                    wg_max = cutlass.max(block_info.n_block_max_rows(wg_row_first, 64), n_block_min)
+                    wg_min = cutlass.min(cutlass.max(block_info.n_block_min_rows(wg_row_first), n_block_min), wg_max)
+                skip = n_block_max - wg_max
+                if skip > 0:
+                    kv_state = self.mainloop_idle(pipe_k, pipe_v, skip, skip, wg_idx, kv_state)
+                if wg_max > wg_min:
+                    kv_state = self.mainloop_overlap(
+                        tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                        pipe_k, pipe_v, block_info, wg_min, wg_max, wg_idx, mask_args, kv_state,
+                    )  # fmt: skip
+                rest = wg_min - n_block_min
+                if rest > 0:
+                    kv_state = self.mainloop_idle(pipe_k, pipe_v, rest, rest, wg_idx, kv_state)
+        elif const_expr(self.overlap):
+            if n_block_max > n_block_min:
+                if wg_has_rows:
+                    kv_state = self.mainloop_overlap(
+                        tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
+                    )  # fmt: skip
+                else:
+                    turns = n_block_max - n_block_min - 1
+                    if const_expr(self.turn_first_gemm):
+                        turns += 1
+                    kv_state = self.mainloop_idle(pipe_k, pipe_v, n_block_max - n_block_min, turns, wg_idx, kv_state)
+        else:
+            if wg_has_rows:
+                kv_state = self.mainloop_plain(
+                    tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                    pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
+                )  # fmt: skip
+            else:
+                kv_state = self.mainloop_idle(
+                    pipe_k, pipe_v, n_block_max - n_block_min, n_block_max - n_block_min + 1, wg_idx, kv_state
+                )  # fmt: skip
+        return kv_state
+
+    @cute.jit
+    def mainloop_plain(
+        self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
+    ):
+        """One GEMM pair per key block, no overlap inside a warpgroup (tools' comparisons only).
+        Per tile each warpgroup waits n + 1 times and passes n + 1 times (see sched_wait)."""
+        self.sched_wait(wg_idx)
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            # S = Q K^T
+            self.kv_wait(pipe_k, kv_state)
+            acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
+            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
+            self.sched_pass(wg_idx)
+            warpgroup.wait_group(0)
+            pipe_k.consumer_release(kv_state)
+            self.mask_softmax(acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, True)
+            # O += P V
+            self.kv_wait(pipe_v, kv_state)
+            self.sched_wait(wg_idx)
+            self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
+            pipe_v.consumer_release(kv_state)
+            kv_state.advance()
+        self.sched_pass(wg_idx)
+        return kv_state
+
+    @cute.jit
+    def mainloop_idle(self, pipe_k, pipe_v, n_blocks: Int32, turns: Int32, wg_idx: Int32, kv_state):
+        """A warpgroup without rows in this tile: wait for and release each of the tile's K/V
+        stages (every MMA warp releases every stage) and take and pass as many ping-pong turns as
+        the mainloop of its siblings does, one after each block; O stays 0, the softmax state empty."""
+        for i in cutlass.range(n_blocks, unroll=1):
+            self.kv_wait(pipe_k, kv_state)
+            pipe_k.consumer_release(kv_state)
+            self.kv_wait(pipe_v, kv_state)
+            pipe_v.consumer_release(kv_state)
+            kv_state.advance()
+            # Turn i after block i's stages: the siblings' turn i + 1 may need block i + 2's
+            # stages refilled, which needs this warpgroup's releases of block i first.
+            if i < turns:
+                self.sched_wait(wg_idx)
+                self.sched_pass(wg_idx)
+        for _ in cutlass.range(turns - n_blocks, unroll=1):
+            self.sched_wait(wg_idx)
+            self.sched_pass(wg_idx)
+        return kv_state
+
+    @cute.jit
+    def mask_softmax(self, acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, rescale: cutlass.Constexpr[bool]):
+        """Mask (boundary blocks only), online softmax, P -> 16-bit A fragment, O rescale."""
+        tScS, m_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right = mask_args
+        if block_info.needs_mask(n_block):
+            apply_mask(acc_S, tScS, m_block, n_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right)
+        row_scale = softmax.step(acc_S)
+        if const_expr(rescale):
+            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+            rescale_rows(acc_O, row_scale)
+        return row_scale
+
+    @cute.jit
+    def mainloop_overlap(
+        self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
+    ):
+        """Intra-warpgroup overlap: the softmax of block n runs while O += P V of block n + 1 is
+        on the tensor cores. Prologue: S and P of the first block; each step issues S of the next
+        block and P V of the previous one, softmaxes the new S under the PV GEMM; epilogue: last PV.
+        Needs n_block_max > n_block_min. Scheduling barriers bracket each step's GEMM issue
+        (n - 1 waits and passes per warpgroup). Returns the K/V state of the next tile's first block."""
+        self.kv_wait(pipe_k, kv_state)
+        acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
+        if const_expr(self.turn_first_gemm):
+            self.sched_wait(wg_idx)
+            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
+            self.sched_pass(wg_idx)
+            warpgroup.wait_group(0)
+        else:
+            self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False)
+        pipe_k.consumer_release(kv_state)
+        self.mask_softmax(acc_S, n_block_max - 1, block_info, softmax, tOrP, acc_O, mask_args, False)
+        tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+        for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
+            n_block = n_block_max - 2 - i
+            v_state = kv_state.clone()
+            kv_state.advance()
+            self.kv_wait(pipe_k, kv_state)
+            self.sched_wait(wg_idx)
+            acc_S2 = cute.make_rmem_tensor(acc_S_shape, Float32)
+            self.gemm(tiled_mma_qk, acc_S2, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
+            self.kv_wait(pipe_v, v_state)
+            self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], True, wait=False)
+            self.sched_pass(wg_idx)
+            warpgroup.wait_group(1)  # S done, PV may still run
+            pipe_k.consumer_release(kv_state)
+            row_scale = self.mask_softmax(acc_S2, n_block, block_info, softmax, tOrP, acc_O, mask_args, False)
+            warpgroup.wait_group(0)
+            pipe_v.consumer_release(v_state)
+            tOrP.store(acc_as_operand_a(acc_S2).load().to(self.dtype))
+            rescale_rows(acc_O, row_scale)
+        self.kv_wait(pipe_v, kv_state)
+        self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
+        pipe_v.consumer_release(kv_state)
+        kv_state.advance()
+        return kv_state
+
+    @cute.jit
+    def kv_wait(self, pipe, state):
+        """Wait for a K or V stage. Paged stages are written by cp.async (generic proxy): fence
+        them into the async proxy before WGMMA reads them."""
+        pipe.consumer_wait(state)
+        if const_expr(self.paged):
+            cute.arch.fence_view_async_shared()
+
+    @cute.jit
+    def gemm(
+        self,
+        tiled_mma: cute.TiledMma,
+        acc: cute.Tensor,
+        tCrA: cute.Tensor,
+        tCrB: cute.Tensor,
+        accumulate: cutlass.Constexpr[bool],
+        wait: cutlass.Constexpr[bool] = True,
+    ):
+        """acc (+)= A B over the K modes of one warpgroup's fragments; `wait`: block until done."""
+        warpgroup.fence()
+        atom = cute.make_mma_atom(tiled_mma.op)  # fresh atom: its ACCUMULATE field is mutated
+        atom.set(warpgroup.Field.ACCUMULATE, accumulate)
+        for k in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
+            cute.gemm(atom, acc, tCrA[None, None, k], tCrB[None, None, k], acc)
+            atom.set(warpgroup.Field.ACCUMULATE, True)
+        warpgroup.commit_group()
+        if const_expr(wait):
+            warpgroup.wait_group(0)
+
+    # Warpgroup scheduling barriers (ids SCHED_BARRIER_BASE + wg): a warpgroup waits on its own
+    # barrier before issuing GEMMs and, once issued, arrives on the next one's (a ring: 0 -> 1 -> 0,
+    # or 0 -> 1 -> 2 -> 0); each barrier counts its waiter's 128 threads and the passer's 128.
+    # Warpgroup 0 arrives on its own once per CTA (`mma`), then each tile makes as many waits as
+    # passes per warpgroup, so the turn is warpgroup 0's again at every tile's start.
+    @cute.jit
+    def sched_wait(self, wg_idx: Int32):
+        if const_expr(self.pingpong):
+            cute.arch.barrier(barrier_id=SCHED_BARRIER_BASE + wg_idx, number_of_threads=256)
+
+    @cute.jit
+    def sched_pass(self, wg_idx: Int32):
+        if const_expr(self.pingpong):
+            nxt = wg_idx + 1
+            if nxt == self.num_mma_warpgroups:
+                nxt = Int32(0)
+            cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE + nxt, number_of_threads=256)
