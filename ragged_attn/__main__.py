@@ -1,4 +1,4 @@
-"""`python -m ragged_attn {info,demo,bench}`."""
+"""`python -m ragged_attn {info,demo,bench,aot}`."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"info": _info, "demo": _demo, "bench": _bench}
+    commands = {"info": _info, "demo": _demo, "bench": _bench, "aot": _aot}
     if argv and argv[0] not in commands and argv[0] not in ("-h", "--help"):
-        print(f"python -m ragged_attn: unknown command {argv[0]!r} (choose from info, demo, bench)\n", file=sys.stderr)
+        print(f"python -m ragged_attn: unknown command {argv[0]!r} (choose from info, demo, bench, aot)\n", file=sys.stderr)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: python -m ragged_attn {info,demo,bench} [options]\n")
+        print("usage: python -m ragged_attn {info,demo,bench,aot} [options]\n")
         print("  info   versions, GPU and arch, backends available, cache directory")
         print("  demo   embed real sentences with all-MiniLM-L6-v2, attention packed (THD) vs padded")
         print("  bench  ragged_attn beside FA4, cuDNN and torch on named workloads")
+        print("  aot    aot build --out DIR [--classes serving|all|FILE]: prebuilt kernels, no DSL to load them")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     return commands[argv[0]](argv[1:])
 
@@ -37,6 +38,12 @@ def _bench(argv: list[str]) -> int:
     from . import bench
 
     return bench.main(argv)
+
+
+def _aot(argv: list[str]) -> int:
+    from . import aot
+
+    return aot.main(argv)
 
 
 if __name__ == "__main__":

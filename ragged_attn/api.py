@@ -333,7 +333,8 @@ def plan(
 
 
 def warmup(problems_or_classes: Iterable, *, arch: str | None = None, progress: bool = True) -> list[LayoutClass]:
-    """Compile (or load from the persistent cache) the kernels for these classes ahead of traffic.
+    """Load (prebuilt directories, else the persistent cache) or compile the kernels for these
+    classes ahead of traffic.
 
     Args:
         problems_or_classes: LayoutClass objects, or dicts of `layout_class_of` keyword arguments
@@ -343,7 +344,8 @@ def warmup(problems_or_classes: Iterable, *, arch: str | None = None, progress: 
     Returns:
         The distinct classes, in first-seen order.
     Raises:
-        NotImplementedError: the CuTe DSL is not installed, or no kernel serves a problem (as
+        NotImplementedError: a class with neither a prebuilt kernel nor the CuTe DSL installed
+            (the message names it and both remedies), or no kernel serves a problem (as
             `layout_class_of` says).
         TypeError: an item that is neither a LayoutClass nor a dict; TypeError / ValueError from
             `layout_class_of` for a bad dict, or a bad RAGGED_ATTN_DISK_CACHE value.
@@ -361,8 +363,12 @@ def warmup(problems_or_classes: Iterable, *, arch: str | None = None, progress: 
         if item not in classes:
             classes.append(item)
     reason = backends.cute_import_error()
-    if reason is not None:
-        raise NotImplementedError(reason)
+    if reason is not None:  # only prebuilt kernels can serve (ragged_attn/prebuilt.py)
+        from . import prebuilt
+
+        for layout_class in classes:
+            if not prebuilt.has_prebuilt(layout_class):
+                raise NotImplementedError(prebuilt.missing_kernel_message(layout_class, reason))
     from . import compile_cache
     from .kernels import sm90
 

@@ -101,8 +101,9 @@ def check_support(problem: Problem) -> LayoutClass:
     Returns:
         The LayoutClass that will run it.
     Raises:
-        NotImplementedError: with the reason (CPU tensors, GPU arch, DSL not installed, dtype,
-            head dims, kernel limits), pointing to backend="reference".
+        NotImplementedError: with the reason (CPU tensors, GPU arch, dtype, head dims, kernel
+            limits; neither a prebuilt kernel for the class nor the DSL installed: the message
+            names the class and both remedies), pointing to backend="reference".
     """
     if problem.device.type != "cuda":
         raise NotImplementedError(
@@ -110,8 +111,11 @@ def check_support(problem: Problem) -> LayoutClass:
         )
     layout_class = layout_class_for(problem, arch_of(problem.device))
     reason = cute_import_error()
-    if reason is not None:
-        raise NotImplementedError(f"{reason}; {_USE_REFERENCE}")
+    if reason is not None:  # no JIT path: a prebuilt kernel (ragged_attn/prebuilt.py) may serve
+        from . import prebuilt
+
+        if not prebuilt.has_prebuilt(layout_class):
+            raise NotImplementedError(f"{prebuilt.missing_kernel_message(layout_class, reason)}; {_USE_REFERENCE}")
     check_kernel_limits(problem)
     return layout_class
 

@@ -28,6 +28,12 @@ Rules (each with the test in tests/test_compile_cache.py that enforces it):
   the lock retried once; held past LOCK_TIMEOUT_S) warns and falls back to reading the entry
   without the lock, which is safe (writers replace files atomically, metadata last): a valid
   entry is a disk hit, anything else compiles in memory only and writes nothing.
+- Prebuilt kernels come first: the process-wide cache asks `prebuilt.get_prebuilt` (directories of
+  `RAGGED_ATTN_AOT_DIR` and an installed `ragged_attn_kernels` package; prebuilt.py says which
+  entries it refuses) before the disk cache, and counts `prebuilt_hits`; a class no prebuilt
+  directory serves goes to the disk cache and the compiler. With neither (the DSL missing or of
+  another release) `get_kernel` raises NotImplementedError naming the class and both remedies
+  (tests/test_prebuilt.py).
 The disk mechanics (paths, permission checks, atomic read/write of one entry) live in cache_store.py.
 
 On-disk layout (`cache_dir()`: created 0700 when missing, never changed when present):
@@ -98,9 +104,10 @@ class CompileCacheWarning(UserWarning):
 class CacheInfo:
     """Per-process counters of a `CompileCache` (reset by `clear_memory`).
 
-    compiles: calls of a `compile_fn`; memory_hits / disk_hits: `get_kernel` calls served from
-    the in-memory dict / from a valid disk entry; compile_seconds: wall seconds spent inside
-    `compile_fn` (not export or load); classes: the layout classes compiled or loaded, in order.
+    compiles: calls of a `compile_fn`; memory_hits / disk_hits / prebuilt_hits: `get_kernel` calls
+    served from the in-memory dict / from a valid disk entry / from a prebuilt directory;
+    compile_seconds: wall seconds spent inside `compile_fn` (not export or load); classes: the
+    layout classes compiled or loaded, in order.
     """
 
     compiles: int = 0
@@ -108,6 +115,7 @@ class CacheInfo:
     disk_hits: int = 0
     compile_seconds: float = 0.0
     classes: tuple[LayoutClass, ...] = ()
+    prebuilt_hits: int = 0
 
 
 class CompileCache:
@@ -119,6 +127,10 @@ class CompileCache:
         disk: True/False turns the disk cache on/off; None reads `RAGGED_ATTN_DISK_CACHE` at every miss.
         loader: `loader(object_path, function_name) -> callable`; default `load_tvm_ffi_function`.
         build_env: the `BuildEnv` to key entries by; default `current_build_env()` (computed once).
+        prebuilt: `prebuilt(layout_class) -> callable | None`, asked first on a miss (the
+            process-wide cache passes `prebuilt.get_prebuilt`); None asks nothing.
+        jit_unavailable: `jit_unavailable() -> str | None`, why `compile_fn` cannot run (the
+            process-wide cache passes `backends.cute_import_error`); None never asks.
     """
 
     def __init__(
@@ -128,11 +140,15 @@ class CompileCache:
         disk: bool | None = None,
         loader: Callable[[Path, str], Callable] | None = None,
         build_env: BuildEnv | None = None,
+        prebuilt: Callable[[LayoutClass], Callable | None] | None = None,
+        jit_unavailable: Callable[[], str | None] | None = None,
     ) -> None:
         self._directory = Path(directory) if directory is not None else None
         self._disk = disk
         self._loader = loader if loader is not None else load_tvm_ffi_function
         self._build_env = build_env
+        self._prebuilt = prebuilt
+        self._jit_unavailable = jit_unavailable
         self._lock = threading.RLock()
         self._memory: dict[LayoutClass, Callable] = {}
         self._info = CacheInfo()
@@ -196,7 +212,8 @@ class CompileCache:
         *,
         progress_label: str | None = None,
     ) -> Callable:
-        """The compiled kernel of `layout_class`: from memory, else a valid disk entry, else `compile_fn`.
+        """The compiled kernel of `layout_class`: from memory, else a prebuilt directory (when this
+        cache has a `prebuilt` lookup), else a valid disk entry, else `compile_fn`.
 
         `compile_fn(layout_class)` must return the `cute.compile(..., options="--enable-tvm-ffi")`
         result for `layout_class.arch`; on a miss it is called once, exported to the entry's `.o`
@@ -206,8 +223,9 @@ class CompileCache:
         `progress_label`, if given, prints "compiling <label> ..." and the seconds to stderr.
 
         Raises TypeError if `layout_class` is not a LayoutClass, ValueError for a bad
-        `RAGGED_ATTN_DISK_CACHE` value, and whatever `compile_fn` raises; nothing found on disk
-        raises. Warns `CompileCacheWarning` when an entry is corrupt, foreign, insecure,
+        `RAGGED_ATTN_DISK_CACHE` value, NotImplementedError (naming the class and both remedies)
+        when no prebuilt directory serves the class and `jit_unavailable()` gives a reason, and
+        whatever `compile_fn` raises; nothing found on disk raises. Warns `CompileCacheWarning` when an entry is corrupt, foreign, insecure,
         unreadable or cannot be written (it recompiles and replaces the entry), when the entry
         lock cannot be taken (a valid entry is still loaded; else it compiles in memory only),
         or when the directory is unusable (memory only).
@@ -243,6 +261,17 @@ class CompileCache:
     # ---- the miss path ---------------------------------------------------------------------------
 
     def _get_uncached(self, lc: LayoutClass, compile_fn: Callable, label: str | None) -> Callable:
+        if self._prebuilt is not None:
+            fn = self._prebuilt(lc)
+            if fn is not None:
+                self._info = dataclasses.replace(self._info, prebuilt_hits=self._info.prebuilt_hits + 1)
+                return fn
+        if self._jit_unavailable is not None:
+            reason = self._jit_unavailable()
+            if reason is not None:
+                from .prebuilt import missing_kernel_message
+
+                raise NotImplementedError(missing_kernel_message(lc, reason))
         root = self.cache_dir()
         if root is None:
             return self._compile(lc, compile_fn, label)
@@ -354,7 +383,19 @@ class CompileCache:
 
 # ---- the process-wide default cache ------------------------------------------------------------------
 
-_DEFAULT = CompileCache()
+def _prebuilt_lookup(layout_class: LayoutClass) -> Callable | None:
+    from .prebuilt import get_prebuilt
+
+    return get_prebuilt(layout_class)
+
+
+def _jit_unavailable() -> str | None:
+    from .backends import cute_import_error
+
+    return cute_import_error()
+
+
+_DEFAULT = CompileCache(prebuilt=_prebuilt_lookup, jit_unavailable=_jit_unavailable)
 
 
 def get_kernel(
@@ -370,7 +411,8 @@ def cache_info() -> CacheInfo:
 
 
 def clear_memory() -> None:
-    """Empty the process-wide in-memory cache and reset its counters; disk entries stay."""
+    """Empty the process-wide in-memory cache and reset its counters; disk entries stay (and
+    prebuilt manifests are not read again: `prebuilt.reset()` does that)."""
     _DEFAULT.clear_memory()
 
 
