@@ -168,3 +168,79 @@ def test_fa3_declines_what_its_build_lacks(monkeypatch, kind):
         w = Workload(w.name, w.model, w.q_lens, w.k_lens, w.causal, dtype="fp16")
     with pytest.raises(Unsupported, match="fp16" if kind == "fp16" else "paged"):
         FA3().bind(w, make_inputs(w, torch.device("cpu"), 0))
+
+
+# --- issue 12 item 5: where the report goes, labelled stdout, a CPU report about the CPU ---------
+
+@pytest.fixture(scope="module")
+def default_out_run(tmp_path_factory):
+    """`bench --suite smoke` with no --out, from a fresh current folder, its stdout captured."""
+    import contextlib
+    import io
+    import os
+
+    cwd = tmp_path_factory.mktemp("cwd")
+    old, buf = os.getcwd(), io.StringIO()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(buf):
+            rc = main(["--suite", "smoke", "--ours-backend", "reference", "--device", "cpu", "--no-plots",
+                       "--peers", "ragged_attn", "fa4"])  # fmt: skip
+    finally:
+        os.chdir(old)
+    return rc, cwd, buf.getvalue()
+
+
+def test_bench_prints_the_report_folder_first(default_out_run):
+    import datetime
+
+    rc, cwd, stdout = default_out_run
+    assert rc == 0
+    first = stdout.splitlines()[0]
+    want = (cwd / "docs" / "benchmarks" / f"{datetime.date.today().isoformat()}-cpu").resolve()
+    assert first.startswith(f"# report folder: {want}") and "--out" in first, first
+    assert (want / "smoke.json").is_file() and (want / "report.md").is_file()
+    assert f"wrote {want / 'report.md'}" in stdout
+
+
+def test_bench_stdout_columns_are_labelled(default_out_run):
+    from ragged_attn.bench.runner import COLUMNS
+
+    _, _, stdout = default_out_run
+    lines = stdout.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("workload ")]
+    assert len(heads) == 1, "one header per suite"
+    names = lines[heads[0]].split()
+    assert names == [n for n, _ in COLUMNS[:-1]], names  # CPU: no GPU-only column
+    rows = [line.split() for line in lines if line.startswith("tiny-") and " ok " in line]
+    assert len(rows) == len([w for w in suite("smoke") if w.timed])
+    data = {row[0]: row for row in rows}
+    for w in suite("smoke"):
+        row = data[w.name]
+        assert len(row) == len(names), f"row fields do not line up with the header: {row}"
+        ms, host, first = float(row[names.index("median_ms")]), float(row[names.index("host_us/call")]), \
+            float(row[names.index("first_call_s")])
+        assert ms > 0 and host > 0 and first > 0, row
+
+
+def test_cpu_report_describes_no_gpu_timing(default_out_run):
+    import datetime
+
+    _, cwd, stdout = default_out_run
+    report = (cwd / "docs" / "benchmarks" / f"{datetime.date.today().isoformat()}-cpu" / "report.md").read_text()
+    for gpu_word in ("do_bench", "torch.cuda._sleep", "GPU-only", "L2", "triton", "driver", "CUDA (torch)"):
+        assert gpu_word not in report, f"the CPU report mentions {gpu_word!r}"
+        assert gpu_word not in stdout, f"the CPU run's stdout mentions {gpu_word!r}"
+    assert "perf_counter" in report and "reference backend" in report and "CPU (" in report
+
+
+def test_gpu_report_keeps_its_methods(smoke_run, tmp_path):
+    """The same results labelled as a GPU run read as one (the wording follows env.device)."""
+    _, out = smoke_run
+    data = json.loads((out / "smoke.json").read_text())
+    data["env"].update(device="cuda", gpu="NVIDIA H200", sm="sm_90")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "smoke.json").write_text(json.dumps(data))
+    assert main(["merge", str(tmp_path / "in"), "--out", str(tmp_path / "gpu"), "--no-plots"]) == 0
+    report = (tmp_path / "gpu" / "report.md").read_text()
+    assert "do_bench" in report and "NVIDIA H200" in report and "perf_counter" not in report

@@ -7,7 +7,10 @@
 `bench` runs each suite in this process, writes `<suite>.json` per suite and then `report.md` and
 the plots over every suite JSON in --out (so several runs into one directory accumulate). `merge`
 reads suite JSONs (files or directories, e.g. what several device calls returned) and writes one
-report. Default --out: docs/benchmarks/<date>-<gpu>/ (e.g. 2026-11-30-h200). Suites and their
+report. Default --out: docs/benchmarks/<date>-<gpu>/ (e.g. 2026-11-30-h200; `cpu` without a GPU)
+under the current folder; the first line printed names the folder. Stdout: one labelled header
+per suite (`runner.COLUMNS`: workload, system, status, TFLOP/s, median_ms, host_us/call,
+first_call_s, max_err, gpu_only_TFLOP/s), then one row per workload and system. Suites and their
 seeds: ragged_attn/bench/workloads.py; peers: peers.py; timing rules: timing.py; the spot check:
 check.py. The device recipe: bench/run_on_device.sh.
 """
@@ -48,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"suites to run (default: dense-long serving); known: {', '.join(SUITES)}")
     p.add_argument("--peers", nargs="+", action="extend", metavar="NAME",
                    help=f"systems to run (default: all: {' '.join(DEFAULT_PEERS)})")
-    p.add_argument("--out", type=Path, help="report directory (default docs/benchmarks/<date>-<gpu>/)")
+    p.add_argument("--out", type=Path, help="report directory (default: docs/benchmarks/<date>-<gpu>/ under the "
+                                            "current folder; printed first)")
     p.add_argument("--ours-backend", default="auto",
                    help="backend= for ragged_attn.attention (default auto: the kernel on CUDA, the "
                         "PyTorch reference on CPU); 'cute' or 'reference' to force one")
@@ -67,8 +71,9 @@ def _merge(argv: list[str]) -> int:
     p.add_argument("--no-plots", action="store_true")
     a = p.parse_args(argv)
     results = load(a.inputs)
+    print(f"# report folder: {a.out.resolve()}", flush=True)
     for f in write_report(results, a.out, plots=not a.no_plots):
-        print(f"wrote {f}")
+        print(f"wrote {f.resolve()}")
     return 0
 
 
@@ -83,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from .peers import make_systems
-    from .report import load, write_report, write_suite_json
+    from .report import device_label, load, write_report, write_suite_json
     from .runner import environment, run_suite
 
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -93,10 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = a.out or default_out(device)
+    print(f"# report folder: {out.resolve()}" + ("" if a.out else " (the default; choose one with --out)"),
+          flush=True)
     command = "python -m ragged_attn bench " + " ".join(shlex.quote(x) for x in argv)
     env = environment(device, systems)
-    print(f"# {env['gpu']} | torch {env['torch']} | CUDA {env['cuda']} | "
-          + " | ".join(f"{k} {v}" for k, v in env["versions"].items()), flush=True)
+    where = f"{env['gpu']} | CUDA {env['cuda']}" if device.type == "cuda" else f"{device_label(env)}, no GPU"
+    print(f"# {where} | torch {env['torch']} | " + " | ".join(f"{k} {v}" for k, v in env["versions"].items()),
+          flush=True)
     for s in systems:
         why = s.availability(device)
         if why:
@@ -109,5 +117,5 @@ def main(argv: list[str] | None = None) -> int:
                            on_row=lambda part, path=path: write_suite_json(path, env, command, part))
         write_suite_json(path, env, command, result)
     for f in write_report(load([str(out)]), out, command, plots=not a.no_plots):
-        print(f"wrote {f}")
+        print(f"wrote {f.resolve()}")
     return 0

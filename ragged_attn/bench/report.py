@@ -72,23 +72,55 @@ def _fmt(x, spec):
     return "" if x is None else format(x, spec)
 
 
+def _on_gpu(env: dict) -> bool:
+    """Whether a suite ran on a CUDA device (older JSONs without "device" name a GPU in "gpu")."""
+    return env.get("device", "cuda" if not str(env.get("gpu", "")).startswith("none") else "cpu") == "cuda"
+
+
+def device_label(env: dict) -> str:
+    """'NVIDIA H200' for a GPU run, 'CPU (x86_64)' for a CPU one (env["gpu"] reads 'none (CPU: ...)')."""
+    if _on_gpu(env):
+        return env.get("gpu", "?")
+    gpu = str(env.get("gpu", ""))
+    return f"CPU ({gpu[len('none (CPU: '):-1]})" if gpu.startswith("none (CPU: ") else "CPU"
+
+
+# How the times were taken, per device kind: a CPU report must not describe GPU timing methods.
+_GPU_METHOD = ("Useful TFLOP/s = 2 * H_q * (d_qk + d_v) * (exact allowed (query, key) pairs) / median time "
+               "(`triton.testing.do_bench`, median, inputs rotated over >= 256 MiB so the L2 holds none). "
+               "In parentheses where measured: GPU-only TFLOP/s, each timed call preceded by a "
+               "`torch.cuda._sleep` head start so that host launch time stays out (do_bench's median includes "
+               "it whenever the host needs longer per call than the GPU; see host us).")
+_CPU_METHOD = ("On the CPU (no GPU): useful TFLOP/s = 2 * H_q * (d_qk + d_v) * (exact allowed (query, key) "
+               "pairs) / median time, the time being the host wall clock (`time.perf_counter`) median of 5 "
+               "calls after one warm-up call, one input set; host us per call is the same clock's median over "
+               "20 calls. ragged_attn runs its exact PyTorch reference backend here, so these numbers time "
+               "PyTorch on this CPU (a smoke test of the harness), not a kernel.")
+
+
 def markdown(results: list[dict], command: str = "") -> str:
     env = results[0]["env"]
     systems = _systems(results)
-    out = [f"# ragged_attn benchmarks: {env.get('gpu', '?')} ({env.get('date', '?')})", ""]
+    gpu_runs = [r for r in results if _on_gpu(r["env"])]
+    cpu_runs = [r for r in results if not _on_gpu(r["env"])]
+    out = [f"# ragged_attn benchmarks: {device_label(env)} ({env.get('date', '?')})", ""]
     out += ["| | |", "|---|---|"]
-    out += [f"| GPU | {env.get('gpu', '?')} ({env.get('sm', '?')}) |", f"| driver | {env.get('driver', '?')} |",
-            f"| CUDA (torch) | {env.get('cuda', '?')} |", f"| torch | {env.get('torch', '?')} |",
-            f"| triton | {env.get('triton', '?')} |", f"| python | {env.get('python', '?')} |"]
+    if _on_gpu(env):
+        out += [f"| GPU | {env.get('gpu', '?')} ({env.get('sm', '?')}) |", f"| driver | {env.get('driver', '?')} |",
+                f"| CUDA (torch) | {env.get('cuda', '?')} |", f"| torch | {env.get('torch', '?')} |",
+                f"| triton | {env.get('triton', '?')} |", f"| python | {env.get('python', '?')} |"]
+    else:
+        out += [f"| device | {device_label(env)}, no GPU |", f"| torch | {env.get('torch', '?')} |",
+                f"| python | {env.get('python', '?')} |"]
     for k, v in env.get("versions", {}).items():
         out.append(f"| {k} | {v} |")
     out += ["", f"Command: `{command or results[0].get('command', '')}`", ""]
-    out += [("Useful TFLOP/s = 2 * H_q * (d_qk + d_v) * (exact allowed (query, key) pairs) / median time "
-            "(`triton.testing.do_bench`, median, inputs rotated over >= 256 MiB so the L2 holds none). "
-            "In parentheses where measured: GPU-only TFLOP/s, each timed call preceded by a "
-            "`torch.cuda._sleep` head start so that host launch time stays out (do_bench's median includes "
-            "it whenever the host needs longer per call than the GPU; see host us). "
-            "bf16. Causal is bottom-right. `WRONG`: the output failed the reference spot check "
+    if cpu_runs and gpu_runs:
+        where = ", ".join(f"`{r['suite']}`" for r in cpu_runs)
+        out += [f"GPU suites: {_GPU_METHOD}", "", f"CPU suites ({where}): {_CPU_METHOD}", ""]
+    else:
+        out += [_GPU_METHOD if gpu_runs else _CPU_METHOD, ""]
+    out += [("bf16. Causal is bottom-right. `WRONG`: the output failed the reference spot check "
             "(|err| <= 2e-2 + 2e-2 |ref|). `pending`: the ragged_attn kernel has not landed; `n/a`: the "
             "system does not serve the workload or is absent (reasons below)."), ""]
     reasons: dict[str, set] = {}
@@ -111,8 +143,13 @@ def markdown(results: list[dict], command: str = "") -> str:
             out += ["", (f"{untimed} more workloads ran once each (compiles, graph builds and the spot check "
                         f"count over all {len(r['workloads'])}) without timing; failures among all: "
                         f"{', '.join(f'{n} ({s})' for n, s in bad) or 'none'}.")]
-        out += ["", ("Details (timed workloads): do_bench median ms / GPU-only median ms / host us per call / "
-                    "first call s (cuDNN: of which graph build s) / max abs err vs reference."), ""]
+        gpu = _on_gpu(r["env"])
+        if gpu:
+            out += ["", ("Details (timed workloads): do_bench median ms / GPU-only median ms / host us per call / "
+                        "first call s (cuDNN: of which graph build s) / max abs err vs reference."), ""]
+        else:
+            out += ["", ("Details (timed workloads, CPU): perf_counter median ms / host us per call / "
+                        "first call s / max abs err vs reference."), ""]
         out.append("| workload | " + " | ".join(systems) + " |")
         out.append("|---" * (1 + len(systems)) + "|")
         for row in timed_rows:
@@ -121,7 +158,8 @@ def markdown(results: list[dict], command: str = "") -> str:
                 rec = row["systems"].get(s, {"status": "n/a"})
                 if rec["status"] in ("ok", "wrong"):
                     build = f" ({rec['build_s']:.3f})" if "build_s" in rec else ""
-                    cells.append(f"{_fmt(rec.get('median_ms'), '.4f')} / {_fmt(rec.get('gpu_ms'), '.4f') or '-'} / "
+                    gpu_ms = f" / {_fmt(rec.get('gpu_ms'), '.4f') or '-'}" if gpu else ""
+                    cells.append(f"{_fmt(rec.get('median_ms'), '.4f')}{gpu_ms} / "
                                  f"{_fmt(rec.get('host_us'), '.0f')} / "
                                  f"{rec['first_call_s']:.3f}{build} / {_fmt(rec.get('max_err'), '.1e')}")
                 else:
@@ -196,7 +234,7 @@ def _bars(results, systems, key, xlabel, path, log=False):
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=7, loc="best", framealpha=0.9)
     env = results[0]["env"]
-    fig.suptitle(f"{xlabel} — {env.get('gpu', '?')}, {env.get('date', '')} (bf16; missing bar: n/a, pending or "
+    fig.suptitle(f"{xlabel} — {device_label(env)}, {env.get('date', '')} (bf16; missing bar: n/a, pending or "
                  f"wrong)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -228,7 +266,7 @@ def _compiles_plot(results, systems, path):
     ax.set_xticks(range(len(results)))
     ax.set_xticklabels([f"{r['suite']}\n({len(r['workloads'])} workloads)" for r in results], fontsize=8)
     ax.set_ylabel("kernels compiled (cuDNN: graphs built)")
-    ax.set_title(f"Compiles over each suite — {results[0]['env'].get('gpu', '?')} (no bar: nothing compiled at "
+    ax.set_title(f"Compiles over each suite — {device_label(results[0]['env'])} (no bar: nothing compiled at "
                  f"run time / no counter)", fontsize=9)
     if systems:
         ax.legend(fontsize=7)

@@ -127,6 +127,7 @@ def run_suite(name: str, systems: list[System], device: torch.device, *, check_o
     """Run every workload of suite `name`; `on_row(partial_result)` after each (so a call cut
     short by its time limit still leaves what it measured)."""
     workloads = suite(name)
+    log(header(device))
     before = {s.name: _compiled(s, device) for s in systems}
     results = []
     oracle = None
@@ -142,7 +143,7 @@ def run_suite(name: str, systems: list[System], device: torch.device, *, check_o
             rec = run_one(s, w, inputs, refs, device)
             row["systems"][s.name] = rec
             if w.timed or rec["status"] not in ("ok",):
-                log(_line(w, s.name, rec))
+                log(_line(w, s.name, rec, gpu=device.type == "cuda"))
         results.append(row)
         if on_row is not None:
             on_row({"suite": name, "oracle": oracle, "workloads": results, "partial": True,
@@ -161,13 +162,37 @@ def run_suite(name: str, systems: list[System], device: torch.device, *, check_o
                              for s in systems}}
 
 
-def _line(w: Workload, system: str, rec: dict) -> str:
+# The columns of the per-row lines run_suite logs (stdout of `python -m ragged_attn bench`), with
+# their units; `header()` names them once per suite. A row that is not a number (n/a, pending,
+# error) gives its reason after the status instead.
+COLUMNS = (("workload", 34), ("system", 13), ("status", 6), ("TFLOP/s", 9), ("median_ms", 10),
+           ("host_us/call", 12), ("first_call_s", 12), ("max_err", 9), ("gpu_only_TFLOP/s", 16))
+
+
+def header(device: torch.device) -> str:
+    """The column names of `_line`, and below them what the times are on this device."""
+    cols = COLUMNS if device.type == "cuda" else COLUMNS[:-1]  # no GPU-only column on the CPU
+    names = " ".join(f"{n:{w}s}" if i < 3 else f"{n:>{w}s}" for i, (n, w) in enumerate(cols))
+    if device.type == "cuda":
+        how = ("median_ms: triton do_bench median over rotated input sets; host_us/call: host time per call; "
+               "gpu_only: each call behind a torch.cuda._sleep head start")
+    else:
+        how = ("median_ms: time.perf_counter median of 5 calls after a warm-up (CPU wall clock; no GPU timing); "
+               "host_us/call: the same clock over 20 calls")
+    return f"{names}\n# {how}"
+
+
+def _line(w: Workload, system: str, rec: dict, gpu: bool = True) -> str:
     st = rec["status"]
-    if st in ("ok", "wrong"):
-        t = f"{rec['tflops']:7.1f} TFLOP/s {rec['median_ms']:9.4f} ms {rec['host_us']:7.1f} us" if "tflops" in rec \
-            else "untimed"
-        if "gpu_ms" in rec:
-            t += f" gpu-only {rec['gpu_tflops']:6.1f} TFLOP/s"
-        return (f"{w.name:34s} {system:13s} {st:5s} {t} first {rec['first_call_s']:.3f}s "
-                f"err {rec.get('max_err', float('nan')):.2e}")
-    return f"{w.name:34s} {system:13s} {st:5s} {rec.get('reason', '')}"
+    (_, ww), (_, ws), (_, wst), (_, wt), (_, wm), (_, wh), (_, wf), (_, we), (_, wg) = COLUMNS
+    head = f"{w.name:{ww}s} {system:{ws}s} {st:{wst}s}"
+    if st not in ("ok", "wrong"):
+        return f"{head} {rec.get('reason', '')}"
+    if "tflops" in rec:
+        t = f"{rec['tflops']:{wt}.3g} {rec['median_ms']:{wm}.4f} {rec['host_us']:{wh}.1f}"
+    else:
+        t = f"{'untimed':>{wt}s} {'-':>{wm}s} {'-':>{wh}s}"
+    line = f"{head} {t} {rec['first_call_s']:{wf}.3g} {rec.get('max_err', float('nan')):{we}.2e}"
+    if gpu:
+        line += " " + (f"{rec['gpu_tflops']:{wg}.3g}" if "gpu_tflops" in rec else f"{'-':>{wg}s}")
+    return line
