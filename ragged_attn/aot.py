@@ -31,6 +31,7 @@ import hashlib
 import importlib.metadata
 import itertools
 import json
+import multiprocessing
 import os
 import platform
 import shutil
@@ -339,7 +340,8 @@ def build(
                     f"{entry['name']}: compiled {entry['compile_seconds']:.1f} s, linked {entry['size'] >> 10} KiB"
                 )
     else:
-        with ProcessPoolExecutor(jobs) as ex:
+        # spawn: a forked child of a process that already runs the DSL's threads may hang.
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
             for entry in ex.map(_build_one, job_list):
                 built.append(entry)
                 if log:
