@@ -174,3 +174,41 @@ def test_main_returns_2_on_a_bad_option(capsys):
 def test_main_cuda_without_gpu_is_an_error(capsys):
     assert demo.main(["--device", "cuda", "--sentences", "4"]) == 2
     assert "CUDA" in capsys.readouterr().err
+
+
+def test_main_runs_the_transformers_line(capsys):
+    """The demo's line that runs BertModel with attn_implementation="ragged_attn" (packed,
+    position_ids restarting per sentence) and holds it to the same threshold."""
+    pytest.importorskip("transformers")
+    assert demo.main(["--sentences", "4", "--repeat", "0", "--seed", "3", "--backend", "reference"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "attn_implementation='ragged_attn'" in line)
+    cos = float(row.split("min cosine ")[1].split()[0])
+    assert cos >= demo.MIN_COSINE, row
+
+
+def test_transformers_line_matches_the_packed_path(sentences):
+    """embed_transformers (transformers' BertModel) against the demo's own packed path: the same
+    embeddings to float32 rounding."""
+    pytest.importorskip("transformers")
+    packed = demo.pack_batch(sentences.token_ids, "cpu")
+    model = demo.load_model("cpu", torch.float32)
+    with torch.inference_mode():
+        got = demo.embed_transformers(packed, torch.device("cpu"), torch.float32, "reference")
+        want = demo.embed_packed(model, packed, "reference")
+    max_diff, _ = demo.compare(got, want)
+    assert max_diff < 1e-5, max_diff
+
+
+def test_transformers_line_is_skipped_without_transformers(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import raises ModuleNotFoundError
+    monkeypatch.delitem(sys.modules, "ragged_attn.compat.transformers", raising=False)
+    assert demo.main(["--sentences", "4", "--repeat", "0", "--backend", "reference"]) == 0
+    assert "skipped: transformers not installed" in capsys.readouterr().out
+
+
+def test_no_hf_skips_the_transformers_line(capsys):
+    assert demo.main(["--sentences", "4", "--repeat", "0", "--backend", "reference", "--no-hf"]) == 0
+    assert "skipped (--no-hf)" in capsys.readouterr().out

