@@ -1,5 +1,6 @@
 """Issue 10's rows, side by side in one process: ours (this tree), ours in tile-config variants,
-FlashAttention-3 (`fa3-fwd`), FA4 and torch SDPA on cuDNN over a padded batch (uniform rows).
+FlashAttention-3 (`fa3-fwd`), FA4 and torch SDPA on cuDNN over a padded batch (uniform rows; K/V
+heads expanded, and native GQA with enable_gqa as `python -m ragged_attn bench` runs it).
 
 Useful TFLOP/s on GPU time alone (ragged_attn.bench.timing.gpu_ms: L2 flushed, sleep head start),
 4 * H_q * d * allowed (query, key) pairs; bf16, LSE on (FA3 and FA4 always produce it).
@@ -122,6 +123,15 @@ def main():
                     return sdpa(qp, kp, vp, is_causal=causal)  # (B, H, s, D): unpacked outside the timing
 
             impls["cuDNN SDPA padded"] = sdpa_call
+            qg = qp
+            kg = k.view(b, smax, hkv, d).transpose(1, 2).contiguous()
+            vg = v.view(b, smax, hkv, d).transpose(1, 2).contiguous()
+
+            def sdpa_gqa_call():  # native GQA (the project bench's peer): K/V not expanded
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    return sdpa(qg, kg, vg, is_causal=causal, enable_gqa=True)
+
+            impls["cuDNN SDPA padded enable_gqa"] = sdpa_gqa_call
         fn = load(lc)
 
         def ours():
