@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ragged_attn aot", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="compile layout classes into DSL-free shared libraries + manifest.json")
-    b.add_argument("--out", required=True, help="output directory (point RAGGED_ATTN_AOT_DIR at it)")
+    b.add_argument("--out", help="output directory (point RAGGED_ATTN_AOT_DIR at it); needed unless --list")
     b.add_argument(
         "--classes", default="serving", help="serving (96 classes), all (144) or a FILE of class names"
     )
@@ -390,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         for lc in classes:
             print(lc.name)
         return 0
+    if a.out is None:
+        print("python -m ragged_attn aot build: --out DIR is required (only --list runs without it)", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     try:
         manifest = build(classes, a.out, jobs=a.jobs, cudart=a.cudart, log=lambda s: print(s, flush=True))

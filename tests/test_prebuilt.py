@@ -130,6 +130,15 @@ def test_cli_lists_classes_and_names_a_bad_file(capsys, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_cli_list_needs_no_out_and_a_build_names_a_missing_out(capsys):
+    from ragged_attn.__main__ import main
+
+    assert main(["aot", "build", "--classes", "serving", "--list"]) == 0
+    assert capsys.readouterr().out.split() == [lc.name for lc in aot.serving_classes()]
+    assert main(["aot", "build", "--classes", "serving"]) == 2
+    assert "--out DIR is required" in capsys.readouterr().err
+
+
 # ---- manifests ----------------------------------------------------------------------------------------
 
 
