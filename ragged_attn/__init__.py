@@ -8,6 +8,8 @@ Public API (see each docstring for shapes, dtypes, units and errors):
     layout_class_of(...)  the compile key a call would use (works on meta tensors, no GPU)
     warmup(...)           compile or load kernels ahead of traffic
     cache_info()          per-process compile counters
+    merge_state(...)      merge two partial results by their LSE (FlashInfer's cascade.merge_state)
+    merge_states(...)     merge any number of them (FlashInfer's cascade.merge_states)
     LayoutClass, Problem  the compile key and the checked call description
 Drop-in adapters: ragged_attn.compat.flashinfer, .flash_attn, .torch_varlen.
 """
@@ -15,6 +17,7 @@ Drop-in adapters: ragged_attn.compat.flashinfer, .flash_attn, .torch_varlen.
 from .api import Plan, attention, cache_info, layout_class_of, plan, warmup
 from .torch_op import attention_op
 from .layout_class import LayoutClass
+from .merge import merge_state, merge_states
 from .problem import Problem
 
 __version__ = "0.1.0"
@@ -27,6 +30,8 @@ __all__ = [
     "attention_op",
     "cache_info",
     "layout_class_of",
+    "merge_state",
+    "merge_states",
     "plan",
     "warmup",
 ]

@@ -36,6 +36,12 @@ def test_readme_torch_compile_block_runs():
     torch._dynamo.reset()
 
 
+def test_readme_merge_block_runs():
+    scope: dict = {}
+    exec(compile(_use_block("## Merging partial results"), str(README), "exec"), scope)  # noqa: S102 - the README block
+    assert scope["o"].shape == (6, 4, 64) and scope["s"].shape == (6, 4) and scope["s"].dtype == torch.float32
+
+
 def test_readme_transformers_block_runs():
     import pytest
 

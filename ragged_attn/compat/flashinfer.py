@@ -1,4 +1,6 @@
-"""FlashInfer's `cudnn_batch_prefill_with_kv_cache`, served by ragged_attn.
+"""FlashInfer's `cudnn_batch_prefill_with_kv_cache`, served by ragged_attn, and its cascade
+`merge_state` / `merge_states` (re-exported from ragged_attn.merge under FlashInfer's names: the
+same positional arguments, shapes and base-2 LSE, plus ragged_attn's keyword `lse_base`).
 
 The signature is flashinfer-python 0.7.2's (flashinfer/cudnn/prefill.py), parameter for parameter:
 names, kinds, defaults and order (tests/test_compat_signatures.py compares it with
@@ -25,6 +27,9 @@ import torch
 
 from .. import _checks as chk
 from ..api import attention
+from ..merge import merge_state, merge_states
+
+__all__ = ["cudnn_batch_prefill_with_kv_cache", "merge_state", "merge_states"]
 
 OFFSET_UNITS = ("elements", "tokens")
 

@@ -1,0 +1,181 @@
+"""Merging partial attention results by their log-sum-exp: `merge_state`, `merge_states`.
+
+Attention over a key set split into parts A, B, ... (cascade / shared-prefix attention, split-KV,
+context parallelism) is recovered from each part's output O_i and LSE s_i: with weights
+w_i = exp(s_i - s), s = log(sum_i exp(s_i)), the merged output is O = sum_i w_i O_i and the merged
+LSE is s. The shapes, the argument order and the default base 2 are FlashInfer's
+(`flashinfer.cascade.merge_state` / `merge_states`, as read in FlashInfer's repository:
+flashinfer/cascade.py and include/flashinfer/attention/cascade.cuh, whose kernels compute the
+weights as exp2(s_i - max) / sum exp2(s_j - max)); `lse_base="ln"` takes FlashAttention's natural-log LSE
+(and ragged_attn.attention's default) instead.
+
+Written with torch ops (any device: CPU, CUDA, meta; torch.compile traces them), numerically
+stable (the row maximum is subtracted before exponentiating, so LSEs of +-1e4 neither overflow
+nor underflow), the weights, sums and products in float32 whatever the input dtype, the output
+rounded once to the input dtype. No kernel yet: on the GPU these are several memory passes, not
+the single pass a fused kernel makes (tests/gpu/test_merge_gpu.py prints the bandwidth).
+
+Non-finite values (one rule for both functions, tests/test_merge.py checks each case):
+  * A part whose LSE is -inf saw no key: it contributes nothing and its v is never read (NaN or
+    inf there does not reach the result). A row whose every part is -inf (or that has no part:
+    merge_states with zero states) gives O = 0 and LSE = -inf. FlashInfer's merge_state gives NaN
+    there (max - max = -inf - -inf); its merge_states with one state copies v as it is.
+  * A row where any part's LSE is NaN or +inf gives O = NaN (every column) and LSE = NaN.
+  * A NaN / inf in v of a part whose LSE is finite propagates (IEEE) into that column of the
+    row's O, also when that part's weight underflows to 0 (0 * NaN is NaN).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import _checks as chk
+
+LSE_BASES = ("log2", "ln")
+V_DTYPES = chk.INPUT_DTYPES  # float16, bfloat16, float32
+
+
+def _device_of(name: str, x: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    if x.device != ref.device:
+        raise ValueError(f"{name}: expected a tensor on {ref.device} (the device of {ref_name}), got one on {x.device}")
+
+
+def _lse_tensor(name: str, s, rank: int) -> torch.Tensor:
+    s = chk.tensor(name, s, rank=rank)
+    if s.dtype != torch.float32:
+        raise TypeError(
+            f"{name}: expected dtype float32 (an LSE; FlashInfer casts other dtypes, ragged_attn refuses them "
+            f"so that no precision is lost silently), got {chk.dtype_name(s.dtype)}"
+        )
+    return s
+
+
+def _v_tensor(name: str, v, rank: int) -> torch.Tensor:
+    v = chk.tensor(name, v, rank=rank)
+    chk.dtype_in(name, v, V_DTYPES)
+    return v
+
+
+def _combine(parts: list[torch.Tensor], s: torch.Tensor, lse_base: str, out_dtype: torch.dtype):
+    """parts: S tensors (T, H, D); s: float32 (T, S, H). Returns (v (T, H, D) out_dtype, lse (T, H) float32)."""
+    exp, log = (torch.exp2, torch.log2) if lse_base == "log2" else (torch.exp, torch.log)
+    m = s.amax(dim=1, keepdim=True)  # (T, 1, H); NaN propagates
+    m = torch.where(m == -math.inf, 0.0, m)  # rows with no key anywhere: every weight below is 0
+    w = exp(s - m)  # -inf parts -> 0 exactly; a NaN or +inf part -> NaN
+    total = w.sum(dim=1)  # (T, H): >= 1 unless every part is -inf (0) or the row is NaN
+    lse = m.squeeze(1) + log(total)  # 0 + log(0) = -inf for rows with no key
+    scale = torch.where(total.unsqueeze(1) == 0, 0.0, w / total.unsqueeze(1))  # (T, S, H)
+    empty = s == -math.inf  # (T, S, H): parts whose v is not read
+    acc = None
+    for i, v_i in enumerate(parts):
+        v_i = torch.where(empty[:, i, :, None], 0.0, v_i)  # a python scalar keeps v_i's dtype
+        if acc is None:  # the first part (callers pass at least one)
+            acc = v_i * scale[:, i, :, None]  # float32: a float16/bfloat16 v promotes to scale's dtype
+        else:
+            acc.addcmul_(v_i, scale[:, i, :, None])  # in place, computed in float32
+    return acc.to(out_dtype), lse
+
+
+def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2"):
+    """Merge two partial attention results (FlashInfer's `flashinfer.cascade.merge_state`).
+
+    Args:
+        v_a, v_b: (tokens, heads, head_dim), float16 / bfloat16 / float32, the same dtype and
+            shape: the attention outputs over key sets A and B (any strides).
+        s_a, s_b: (tokens, heads) float32, the LSEs of the scaled scores over A and B, in the base
+            `lse_base`. A (heads, tokens) head-major LSE (FlashAttention's, ragged_attn's default
+            layout) goes in as `lse.t()` (a view; any strides are read).
+        lse_base: "log2" (FlashInfer's convention and the default: s = log2 sum 2^(x log2 e))
+            or "ln" (natural log: FlashAttention's and ragged_attn.attention's default). Both
+            inputs and the result are in this base. Keyword only.
+    Returns:
+        (v, s): v (tokens, heads, head_dim) in v_a's dtype, the attention over A and B together;
+        s (tokens, heads) float32, its LSE in `lse_base`. Fresh tensors on v_a's device.
+        Rows where both parts are -inf give v = 0 and s = -inf; the rules for NaN and inf are in
+        this module's docstring (ragged_attn/merge.py).
+    Raises:
+        TypeError: a non-tensor, v of another dtype than float16/bfloat16/float32, v_b's dtype
+            not v_a's, an LSE not float32 (FlashInfer casts; we refuse).
+        ValueError: a wrong rank or shape (v_b not v_a's shape, s_a / s_b not v_a's
+            (tokens, heads)), a tensor on another device than v_a, lse_base not "log2" / "ln".
+        Each message names the argument. Nothing is written (the inputs are only read).
+    """
+    v_a = _v_tensor("v_a", v_a, 3)
+    v_b = _v_tensor("v_b", v_b, 3)
+    s_a = _lse_tensor("s_a", s_a, 2)
+    s_b = _lse_tensor("s_b", s_b, 2)
+    chk.choice("lse_base", lse_base, LSE_BASES)
+    chk.same_dtype("v_b", v_b, "v_a", v_a)
+    if v_b.shape != v_a.shape:
+        raise ValueError(f"v_b: expected the shape of v_a {tuple(v_a.shape)}, got {tuple(v_b.shape)}")
+    want = tuple(v_a.shape[:2])
+    for name, s in (("s_a", s_a), ("s_b", s_b)):
+        if tuple(s.shape) != want:
+            raise ValueError(f"{name}: expected shape {want} (tokens, heads) of v_a, got {tuple(s.shape)}")
+    for name, x in (("s_a", s_a), ("v_b", v_b), ("s_b", s_b)):
+        _device_of(name, x, "v_a", v_a)
+    return _combine([v_a, v_b], torch.stack([s_a, s_b], dim=1), lse_base, v_a.dtype)
+
+
+def merge_states(v, s, *, lse_base="log2"):
+    """Merge any number of partial attention results (FlashInfer's `flashinfer.cascade.merge_states`).
+
+    Args:
+        v: (tokens, states, heads, head_dim), float16 / bfloat16 / float32 (any strides): state i
+            of token t is the attention output of that token over key set i.
+        s: (tokens, states, heads) float32, the LSEs in `lse_base`.
+        lse_base: "log2" (FlashInfer's, the default) or "ln" (FlashAttention's natural log).
+            Keyword only.
+    Returns:
+        (v, s): v (tokens, heads, head_dim) in v's dtype, the attention over the union of the key
+        sets; s (tokens, heads) float32, its LSE in `lse_base`. Fresh tensors on v's device.
+        Zero states, or rows whose every state is -inf, give v = 0 and s = -inf (FlashInfer's
+        rule for zero states); NaN / inf as in this module's docstring.
+    Raises:
+        TypeError: a non-tensor, v of another dtype than float16/bfloat16/float32, s not float32.
+        ValueError: a wrong rank, s not v's (tokens, states, heads), s on another device than v,
+            lse_base not "log2" / "ln". Each message names the argument; nothing is written.
+    """
+    v = _v_tensor("v", v, 4)
+    s = _lse_tensor("s", s, 3)
+    chk.choice("lse_base", lse_base, LSE_BASES)
+    want = tuple(v.shape[:3])
+    if tuple(s.shape) != want:
+        raise ValueError(f"s: expected shape {want} (tokens, states, heads) of v, got {tuple(s.shape)}")
+    _device_of("s", s, "v", v)
+    t, n, h, d = v.shape
+    if n == 0:
+        return (torch.zeros((t, h, d), dtype=v.dtype, device=v.device),
+                torch.full((t, h), -math.inf, dtype=torch.float32, device=v.device))  # fmt: skip
+    return _combine(list(v.unbind(1)), s, lse_base, v.dtype)
+
+
+def merge_states_reference(v, s, *, lse_base="log2"):
+    """The float64 oracle for merge_states (tests): the same shapes, results in float64.
+
+    Computed independently of `_combine`: torch.logsumexp in float64 (in natural log, the inputs
+    converted from base 2 when lse_base is "log2") and weights exp(s_i - lse), with this module's
+    non-finite rules applied explicitly. v (tokens, states, heads, head_dim) of any float dtype,
+    s (tokens, states, heads) of any float dtype. Returns (v float64 (tokens, heads, head_dim),
+    s float64 (tokens, heads) in lse_base).
+    """
+    chk.choice("lse_base", lse_base, LSE_BASES)
+    v64, s64 = v.to(torch.float64), s.to(torch.float64)
+    t, n, h, d = v64.shape
+    factor = math.log(2.0) if lse_base == "log2" else 1.0  # to natural log
+    if n == 0:
+        return (torch.zeros((t, h, d), dtype=torch.float64, device=v.device),
+                torch.full((t, h), -math.inf, dtype=torch.float64, device=v.device))  # fmt: skip
+    s_ln = s64 * factor
+    empty = s64 == -math.inf
+    bad = (torch.isnan(s64) | (s64 == math.inf)).any(dim=1)  # (T, H): the row is NaN
+    no_key = empty.all(dim=1)  # (T, H)
+    safe = torch.where(bad.unsqueeze(1), 0.0, s_ln)
+    lse_ln = torch.logsumexp(safe, dim=1)  # -inf where every part is -inf
+    p = torch.where(empty, 0.0, torch.exp(safe - torch.where(no_key, 0.0, lse_ln).unsqueeze(1)))
+    o = (p.unsqueeze(-1) * torch.where(empty.unsqueeze(-1), 0.0, v64)).sum(dim=1)
+    o = torch.where(bad.unsqueeze(-1), math.nan, o)
+    lse = torch.where(bad, math.nan, lse_ln / factor)
+    return o, lse
