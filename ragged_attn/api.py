@@ -42,6 +42,8 @@ def attention(
     lse_base="ln",
     out=None,
     lse=None,
+    sinks=None,
+    softcap=0.0,
     backend="auto",
 ):
     """Attention forward over a ragged (THD) batch. Argument names follow FlashAttention's varlen API.
@@ -78,13 +80,26 @@ def attention(
             the passed buffer's extent; a passed buffer may store those axes in any compact dim
             order. Padded rows past a sequence's length hold -inf.
         lse_base: "ln" (natural log) or "log2" (FlashInfer's spelling).
+        sinks: None (off) or a float32 (H_q,) tensor on q's device: one attention-sink logit per
+            query head, in natural-log units and not multiplied by softmax_scale. It is one more
+            softmax column per head that adds exp(sinks[h]) to the denominator and carries no
+            value: O = sum_j exp(s_j) v_j / (exp(sinks[h]) + sum_j exp(s_j)), and the LSE is
+            log(exp(sinks[h]) + sum_j exp(s_j)) (in lse_base). A row that sees no key gets O = 0,
+            LSE = sinks[h]. FA4's `learnable_sink`, FlashInfer's attention-sink wrapper, gpt-oss's
+            `sinks` (transformers' `s_aux`). Values are not checked (that would read device memory):
+            -inf is no sink for that head, +inf takes all the mass (O = 0, LSE = +inf), NaN makes
+            the head's rows NaN. Reference backend only for now.
+        softcap: 0.0 (off) or a float in [2**-126, float32 max]: the scores s = softmax_scale * q.k
+            become softcap * tanh(s / softcap) before the causal / window mask (Gemma 2's
+            attn_logit_softcapping, FlashAttention's `softcap`). Reference backend only for now.
         out, lse: optional destinations (shapes above). out's dtype is q's on every backend (the
             kernels write the input dtype; the reference computes in float32 and rounds to q's
             dtype), so another dtype is a TypeError; lse is float32.
         backend: "auto" (reference on CPU tensors, the GPU kernel on CUDA tensors), "reference"
             (exact PyTorch in float32, any device; reads lengths back to the host), or "cute".
 
-    Empty sequences and rows that see no key give O = 0 and LSE = -inf.
+    Empty sequences and rows that see no key give O = 0 and LSE = -inf (LSE = the head's sink
+    with sinks).
 
     Under torch.compile (and torch.export) the call is one torch.library custom op,
     `torch.ops.ragged_attn.attention` (or `attention_into` with out / lse), with a fake
@@ -98,24 +113,27 @@ def attention(
         TypeError / ValueError: a bad argument (named in the message), among them an out / lse
             overlapping any input (q, k, v, cu_seqlens_q/k, seqused_q/k, page_table; the message
             names both); nothing is written.
-        NotImplementedError: the kernel does not serve this valid problem (the message says why);
-            backend="reference" does.
+        NotImplementedError: the kernel does not serve this valid problem (the message says why:
+            among them `sinks` and `softcap`, not in the GPU kernel yet); backend="reference" does.
     """
     if is_compiling():  # torch.compile / export: one custom op in the graph (ragged_attn/torch_op.py)
         return torch_op.attention_op(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
             seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout, causal=causal,
             window_size=window_size, softmax_scale=softmax_scale, return_lse=return_lse, lse_layout=lse_layout,
-            lse_base=lse_base, out=out, lse=lse, backend=backend,
+            lse_base=lse_base, out=out, lse=lse, sinks=sinks, softcap=softcap, backend=backend,
         )  # fmt: skip
     fast_key = None
-    if lse is None and type(backend) is str and backend != "reference" and type(window_size) is tuple:
+    if (
+        lse is None and sinks is None and type(backend) is str and backend != "reference"
+        and type(window_size) is tuple
+    ):  # fmt: skip
         # Options that a full check accepted before (with the same types) need no second check;
         # the tensors always get BoundKernel's predicate. Anything unusual takes the checked path.
         try:
             fast_key = (type(causal), causal, window_size, type(window_size[0]), type(window_size[-1]),
                         type(softmax_scale), softmax_scale, type(return_lse), return_lse, lse_layout, lse_base,
-                        kv_layout, backend)  # fmt: skip
+                        kv_layout, backend, type(softcap), softcap)  # fmt: skip
             bound = _FAST_PATHS.get(fast_key)
         except (TypeError, IndexError):  # an unhashable option or an empty window: the checked path names it
             bound = fast_key = None
@@ -131,7 +149,7 @@ def attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout,
         causal=causal, window_size=window_size, softmax_scale=softmax_scale, return_lse=return_lse,
-        lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse,
+        lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse, sinks=sinks, softcap=softcap,
     )  # fmt: skip
     if _use_reference(problem, backend):
         o, l_ = run_reference(problem, tensors)
@@ -181,14 +199,15 @@ def layout_class_of(
     Raises:
         TypeError / ValueError: a bad argument, as `attention` would.
         NotImplementedError: no kernel class serves this problem, or the kernel declines it
-            (more than 65535 sequences or query heads, a padded LSE of more than 65535 * 128 rows,
-            2**29 tokens or more): the message says why.
+            (sinks or softcap, more than 65535 sequences or query heads, a padded LSE of more than
+            65535 * 128 rows, 2**29 tokens or more): the message says why.
     """
     for name in ("out", "lse", "backend"):
         options.pop(name, None)
     problem, _ = build_problem(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options, for_class_only=True
     )
+    backends.check_score_options(problem)
     if arch is None:
         arch = backends.arch_of(problem.device)
     layout_class = backends.layout_class_for(problem, arch)
@@ -199,11 +218,13 @@ def layout_class_of(
 class Plan:
     """A call bound to one layout class and one set of options; `run` is the low-overhead path.
 
-    Built by `ragged_attn.plan`. Options (causal, window, scale, LSE layout and base, kv_layout,
-    backend) are fixed at plan time; shapes, lengths, head counts and strides may change between
+    Built by `ragged_attn.plan`. Options (causal, window, scale, softcap, LSE layout and base,
+    kv_layout, backend) are fixed at plan time; shapes, lengths, head counts and strides may change between
     runs as long as the layout class stays the same. On the reference backend (layout_class None)
     the plan is bound to the same fields (dtypes, head-dim class, mask family, LSE on/off, KV kind)
-    and the device type, named by `reference_class`, and refuses another one alike.
+    and the device type, plus sinks on/off, named by `reference_class`, and refuses another one
+    alike. A plan with sinks or a softcap is a reference plan (the kernel refuses them at plan
+    time); each run of a sinks plan passes its own `sinks` tensor.
     """
 
     def __init__(self, problem: Problem, backend: str, layout_class: LayoutClass | None, options: dict, bound=None):
@@ -234,6 +255,7 @@ class Plan:
         page_table=None,
         out=None,
         lse=None,
+        sinks=None,
     ):
         """Run the planned call on new tensors of the same layout.
 
@@ -245,7 +267,9 @@ class Plan:
         LSE buffer, page_table or empty tensors, the full checks of `attention` run and raise the
         named ValueError/TypeError (or serve the call); nothing is written before. softmax_scale
         left to its default is 1/sqrt(d_qk) of each call's q. A call whose tensors need another
-        layout class is a ValueError.
+        layout class is a ValueError. sinks: as `attention` (float32 (H_q,)); a plan made with
+        sinks needs them on every run and a plan made without refuses them (ValueError on the
+        reference backend; on the kernel, NotImplementedError: it does not serve sinks yet).
 
         Returns:
             out, or (out, lse) when the plan returns the LSE.
@@ -254,7 +278,7 @@ class Plan:
                 tensors that need another layout class than the plan's; nothing is written.
             NotImplementedError: as `attention`, for a call the kernel does not serve.
         """
-        if self._bound is not None:
+        if self._bound is not None and sinks is None:  # a kernel plan never has sinks (check_support)
             result = self._bound.try_launch(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, lse,
                 max_seqlen_k,
@@ -263,7 +287,8 @@ class Plan:
                 return result
         problem, tensors = build_problem(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-            seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, out=out, lse=lse, **self._options,
+            seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, out=out, lse=lse, sinks=sinks,
+            **self._options,
         )  # fmt: skip
         if self.layout_class is None:  # the reference backend: the same rule, its own class names
             wanted = reference_class_of(problem)
@@ -289,12 +314,14 @@ def reference_class_of(problem: Problem) -> str:
 
     The fields are those of `LayoutClass` without the arch (dtype, out dtype, head-dim class, mask
     family, LSE on/off, KV kind), so a plan refuses the same calls on the CPU as on the GPU; fp32
-    and head dims no kernel class holds keep their own names.
+    and head dims no kernel class holds keep their own names. "-sinks" ends the name of a call
+    with sinks (a run must pass sinks exactly when its plan had them).
     """
     dims = head_dim_class(problem.d_qk, problem.d_v) or (problem.d_qk, problem.d_v)
     return (
         f"{chk.dtype_name(problem.dtype)}-out{chk.dtype_name(problem.out_dtype)}-d{dims[0]}x{dims[1]}-"
         f"{problem.mask_family}-lse{'1' if problem.return_lse else '0'}-{problem.kv}-{problem.device.type}"
+        + ("-sinks" if problem.has_sinks else "")
     )
 
 
@@ -313,14 +340,18 @@ def plan(
     """Check a call once and bind it to its layout class (compiling the kernel now if needed).
 
     Same arguments as `attention`; out/lse are not bound, and seqused_q / seqused_k /
-    page_table only describe the planned call (a page_table makes it a paged plan): each
-    `run(...)` passes its own. Returns a `Plan` whose `run(...)` takes tensors of the same layout
+    page_table / sinks only describe the planned call (a page_table makes it a paged plan, sinks
+    a sinks plan): each `run(...)` passes its own. softcap is fixed at plan time. sinks or a
+    softcap on the kernel backend ("cute", or "auto" on CUDA) is a NotImplementedError here, at
+    plan time. Returns a `Plan` whose `run(...)` takes tensors of the same layout
     with any shapes/lengths. Raises as `attention` does.
     """
     chk.choice("backend", backend, backends.BACKENDS)
     for name in ("out", "lse"):
         options.pop(name, None)
-    per_call = {name: options.pop(name) for name in ("seqused_q", "seqused_k", "page_table") if name in options}
+    per_call = {
+        name: options.pop(name) for name in ("seqused_q", "seqused_k", "page_table", "sinks") if name in options
+    }
     problem, _ = build_problem(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options, **per_call
     )

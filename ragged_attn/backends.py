@@ -95,20 +95,40 @@ def layout_class_for(problem: Problem, arch: str = "sm_90a") -> LayoutClass:
     )
 
 
+def check_score_options(problem: Problem) -> None:
+    """Issue 14's score options the kernels do not compute yet: NotImplementedError naming them.
+
+    Attention sinks and the logit softcap are served by the reference backend only; they are not
+    part of the layout class (the compile key), so a kernel must never see a problem that has them.
+    """
+    if problem.has_sinks:
+        raise NotImplementedError(
+            "sinks: attention sinks are not served by the GPU kernel yet (issue 14); "
+            f"{_USE_REFERENCE} (it computes them exactly)"
+        )
+    if problem.softcap:
+        raise NotImplementedError(
+            f"softcap: logit soft-capping is not served by the GPU kernel yet (issue 14), got softcap = "
+            f"{problem.softcap!r}; {_USE_REFERENCE} (it computes it exactly)"
+        )
+
+
 def check_support(problem: Problem) -> LayoutClass:
     """Whether the GPU kernel serves this problem on its device.
 
     Returns:
         The LayoutClass that will run it.
     Raises:
-        NotImplementedError: with the reason (CPU tensors, GPU arch, dtype, head dims, kernel
-            limits; neither a prebuilt kernel for the class nor the DSL installed: the message
-            names the class and both remedies), pointing to backend="reference".
+        NotImplementedError: with the reason (CPU tensors, sinks or softcap (reference only for
+            now), GPU arch, dtype, head dims, kernel limits; neither a prebuilt kernel for the
+            class nor the DSL installed: the message names the class and both remedies), pointing
+            to backend="reference".
     """
     if problem.device.type != "cuda":
         raise NotImplementedError(
             f"q: backend='cute' runs on CUDA tensors, got tensors on {problem.device}; {_USE_REFERENCE}"
         )
+    check_score_options(problem)
     layout_class = layout_class_for(problem, arch_of(problem.device))
     reason = cute_import_error()
     if reason is not None:  # no JIT path: a prebuilt kernel (ragged_attn/prebuilt.py) may serve

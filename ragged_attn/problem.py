@@ -41,6 +41,11 @@ MAX_PADDED_LSE_ROWS = 65535 * 128
 # (docs/SUPPORT_MATRIX.md, "Non-finite inputs").
 MAX_SOFTMAX_SCALE = float.fromhex("0x1.fffffep+127") / math.log2(math.e)
 
+# The smallest positive softcap: a normal float32 (below it softcap and scores / softcap leave
+# float32's normal range in the kernels' and the reference's float32 math).
+MIN_SOFTCAP = 2.0**-126
+MAX_SOFTCAP = float.fromhex("0x1.fffffep+127")
+
 _MAX_SEQLEN_IS_TENSOR = " (a tensor would force a device-to-host sync on every call; pass the int you know)"
 
 
@@ -82,6 +87,9 @@ class Problem:
     lse_layout: str
     lse_base: str
     lse_s_max: int  # padded LSE rows per sequence; 0 for the other layouts
+    # Issue 14: the score transforms (reference backend only so far; not in the layout class).
+    has_sinks: bool = False  # a float32 (H_q,) sink logit per query head (Tensors.sinks)
+    softcap: float = 0.0  # scores -> softcap * tanh(scores / softcap) after softmax_scale; 0.0 = off
 
     @property
     def gqa_ratio(self) -> int:
@@ -118,6 +126,7 @@ class Tensors(NamedTuple):
     page_table: torch.Tensor | None
     out: torch.Tensor | None
     lse: torch.Tensor | None
+    sinks: torch.Tensor | None = None
 
 
 def _normalise_causal(causal) -> tuple[bool, str]:
@@ -166,6 +175,36 @@ def _softmax_scale(softmax_scale, d_qk: int) -> float:
             f"softmax_scale * log2(e) in float32, which overflows above that), got {softmax_scale!r}"
         )
     return float(softmax_scale)
+
+
+def check_softcap(softcap) -> float:
+    """softcap: a Python float, 0.0 (off) or in [MIN_SOFTCAP, MAX_SOFTCAP] (finite, normal float32)."""
+    if isinstance(softcap, torch.Tensor) or isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap: expected a Python float (0.0 = off), got {type(softcap).__name__}")
+    softcap = float(softcap)
+    if softcap == 0.0:
+        return 0.0
+    if not MIN_SOFTCAP <= softcap <= MAX_SOFTCAP:  # NaN fails both comparisons
+        raise ValueError(
+            f"softcap: expected 0.0 (off) or a finite positive float in [2**-126, {MAX_SOFTCAP:.4g}] (a normal "
+            f"float32: the scores are capped in float32), got {softcap!r}"
+        )
+    return softcap
+
+
+def check_sinks(sinks, h_q: int, device: torch.device) -> torch.Tensor:
+    """sinks: a float32 (H_q,) tensor on q's device (any stride). Its values are not read (no sync)."""
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"sinks: expected a float32 torch.Tensor of shape (H_q,) or None, got {type(sinks).__name__}")
+    if sinks.dtype != torch.float32:
+        raise TypeError(
+            f"sinks: expected dtype float32 (one sink logit per query head; convert with .float()), "
+            f"got {chk.dtype_name(sinks.dtype)}"
+        )
+    if tuple(sinks.shape) != (h_q,):
+        raise ValueError(f"sinks: expected shape ({h_q},) (H_q, one logit per query head), got {tuple(sinks.shape)}")
+    chk.same_device("sinks", sinks, device)
+    return sinks
 
 
 def _check_kv(q, k, v, kv_layout: str, paged: bool):
@@ -227,6 +266,8 @@ def build_problem(
     lse_base="ln",
     out=None,
     lse=None,
+    sinks=None,
+    softcap=0.0,
     for_class_only=False,
 ) -> tuple[Problem, Tensors]:
     """Check every argument of `ragged_attn.attention` and describe the call.
@@ -295,6 +336,9 @@ def build_problem(
     is_causal, alignment = _normalise_causal(causal)
     window = _normalise_window(window_size, is_causal)
     scale = _softmax_scale(softmax_scale, d_qk)
+    softcap = check_softcap(softcap)
+    if sinks is not None:
+        sinks = check_sinks(sinks, h_q, device)
 
     # Output: q's dtype on every backend (the kernels write the input dtype; the reference computes
     # in float32 and rounds to it), so one call gives one dtype whichever backend runs it.
@@ -316,6 +360,8 @@ def build_problem(
         for name, x in inputs:
             if x is not None and chk.overlaps(out, x):
                 raise ValueError(f"out: expected memory apart from the inputs, got a tensor overlapping {name}")
+        if sinks is not None and chk.overlaps(out, sinks):
+            raise ValueError("out: expected memory apart from the inputs, got a tensor overlapping sinks")
 
     # Log-sum-exp.
     if not isinstance(return_lse, bool):
@@ -374,11 +420,14 @@ def build_problem(
         lse_layout=lse_layout,
         lse_base=lse_base,
         lse_s_max=lse_s_max,
+        has_sinks=sinks is not None,
+        softcap=softcap,
     )
     if lse is not None:
         check_lse_buffer(problem, lse)
         for name, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
-                        ("seqused_q", seqused_q), ("seqused_k", seqused_k), ("page_table", page_table), ("out", out)):  # fmt: skip
+                        ("seqused_q", seqused_q), ("seqused_k", seqused_k), ("page_table", page_table), ("out", out),
+                        ("sinks", sinks)):  # fmt: skip
             if x is not None and chk.overlaps(lse, x):
                 raise ValueError(f"lse: expected memory apart from the inputs and out, got a tensor overlapping {name}")
     if q.dtype in chk.KERNEL_DTYPES:
@@ -386,7 +435,7 @@ def build_problem(
         # valid or invalid everywhere.
         for name, x in (("q", q), ("k", k), ("v", v)) + ((("out", out),) if out is not None else ()):
             chk.tma_aligned(name, x)
-    return problem, Tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, page_table, out, lse)
+    return problem, Tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, page_table, out, lse, sinks)
 
 
 def check_lse_buffer(problem: Problem, lse) -> None:

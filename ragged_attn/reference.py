@@ -9,7 +9,9 @@ Non-finite inputs (the one definition, docs/SUPPORT_MATRIX.md "Non-finite inputs
 sequence is computed over the keys it may see (causal / window / lengths) and over nothing else,
 in IEEE arithmetic. A NaN (or inf) in a key or value that the row may not see never reaches it; a
 NaN in a key it may see makes its output and LSE NaN, a NaN in a value it may see makes that
-column of its output NaN. (`probs @ V` alone would spread `0 * NaN` from masked keys:
+column of its output NaN. Sinks (issue 14) follow the same arithmetic: a sink of -inf is no sink
+for that head, +inf takes the whole softmax mass (O = 0, LSE = +inf), NaN makes the head's rows
+NaN; softcap maps a score of +-inf to +-softcap (tanh saturates) and NaN to NaN. (`probs @ V` alone would spread `0 * NaN` from masked keys:
 `_masked_pv` keeps them out, tests/test_reference.py checks it against a per-row float64 loop.)
 """
 
@@ -167,6 +169,8 @@ def run_reference(problem: Problem, t: Tensors) -> tuple[torch.Tensor, torch.Ten
         lse.fill_(-math.inf)
     lse_factor = 1.0 if problem.lse_base == "ln" else LOG2_E
     ratio = problem.gqa_ratio
+    softcap = problem.softcap
+    sinks = None if t.sinks is None else t.sinks.float().unsqueeze(1)  # (H_q, 1), natural log, unscaled
     for b in range(problem.batch):
         lq, lk = len_q[b], len_k[b]
         if lq == 0:
@@ -182,8 +186,12 @@ def run_reference(problem: Problem, t: Tensors) -> tuple[torch.Tensor, torch.Ten
             r1 = min(lq, r0 + rows)
             qf = t.q[qs + r0 : qs + r1].float().transpose(0, 1)  # (H_q, r, D)
             scores = torch.matmul(qf, kf.transpose(1, 2)) * problem.softmax_scale  # (H_q, r, lk)
+            if softcap:  # Gemma 2 / FA's softcap: after the scale, before the mask
+                scores = torch.tanh(scores / softcap) * softcap
             scores = scores.masked_fill(~allowed[r0:r1].unsqueeze(0), -math.inf)
             row_lse = torch.logsumexp(scores, dim=-1)  # (H_q, r), -inf for rows that see no key
+            if sinks is not None:  # one more softmax column per head, with no value: the LSE includes it
+                row_lse = torch.logaddexp(row_lse, sinks.expand_as(row_lse))
             # Only a row that sees no key (LSE -inf) is shifted by 0 (its probs are exactly 0); a
             # +inf or NaN LSE (an overflowed or NaN score it sees) makes the row NaN, as IEEE does.
             empty = row_lse == -math.inf
@@ -217,6 +225,8 @@ def attention_reference(
     lse_base="ln",
     out=None,
     lse=None,
+    sinks=None,
+    softcap=0.0,
 ):
     """`ragged_attn.attention` computed by PyTorch in float32, on any device (CPU included).
 
@@ -224,13 +234,14 @@ def attention_reference(
     float32, rounded once), lse float32. Unlike the kernels, it
     reads cu_seqlens / seqused / page_table back to the host (one sync per call) and checks their
     values (ValueError for offsets out of order or out of range, lengths above max_seqlen_*,
-    page ids outside the pool). Fully masked rows and empty key ranges give O = 0, LSE = -inf.
+    page ids outside the pool). Fully masked rows and empty key ranges give O = 0, LSE = -inf
+    (LSE = the head's sink, in the LSE's base, with sinks).
     """
     problem, tensors = build_problem(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout,
         causal=causal, window_size=window_size, softmax_scale=softmax_scale, return_lse=return_lse,
-        lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse,
+        lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse, sinks=sinks, softcap=softcap,
     )  # fmt: skip
     o, l_ = run_reference(problem, tensors)
     return (o, l_) if return_lse else o

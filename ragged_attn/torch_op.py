@@ -9,7 +9,8 @@ so the ops cost nothing outside a compiled graph. `attention_op` is the same ent
 want the op in eager mode too (a torch.library dispatch, about 10-20 us of host time more).
 
 Schema rules (torch.library custom ops take tensors, ints, floats, bools and strings):
-- causal travels as a string ("none", "bottom_right", "top_left"), window_size as two ints.
+- causal travels as a string ("none", "bottom_right", "top_left"), window_size as two ints;
+  sinks (an optional tensor) and softcap (a float) come last, with their defaults (None, 0.0).
 - The functional op always returns two tensors; without return_lse the second is an empty float32
   tensor (0,) that `attention` drops.
 - The fake (meta) implementations give the shapes and dtypes `attention` documents: out
@@ -28,7 +29,7 @@ from typing import Optional
 
 import torch
 
-from .problem import LSE_LAYOUTS
+from .problem import LSE_LAYOUTS, check_softcap
 
 _CAUSAL = {"none": False, "bottom_right": True, "top_left": "top_left"}
 
@@ -46,14 +47,15 @@ def causal_name(causal) -> str:
 
 def _call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
           kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base, backend,
-          out=None, lse=None):  # fmt: skip
+          sinks=None, softcap=0.0, out=None, lse=None):  # fmt: skip
     from .api import attention
 
     return attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout,
         causal=_CAUSAL[causal], window_size=(window_left, window_right), softmax_scale=softmax_scale,
-        return_lse=return_lse, lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse, backend=backend,
+        return_lse=return_lse, lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse, sinks=sinks,
+        softcap=softcap, backend=backend,
     )  # fmt: skip
 
 
@@ -78,10 +80,12 @@ def _attention(
     lse_layout: str,
     lse_base: str,
     backend: str,
+    sinks: Optional[torch.Tensor] = None,
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     result = _call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
                    kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base,
-                   backend)  # fmt: skip
+                   backend, sinks, softcap)  # fmt: skip
     if return_lse:
         return result
     return result, q.new_empty((0,), dtype=torch.float32)
@@ -107,7 +111,7 @@ def _fake_lse(q, v, cu_seqlens_q, max_seqlen_q, return_lse, lse_layout) -> torch
 @_attention.register_fake
 def _attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
                     kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base,
-                    backend):  # fmt: skip
+                    backend, sinks=None, softcap=0.0):  # fmt: skip
     out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
     return out, _fake_lse(q, v, cu_seqlens_q, max_seqlen_q, return_lse, lse_layout)
 
@@ -135,10 +139,12 @@ def _attention_into(
     backend: str,
     out: Optional[torch.Tensor],
     lse: Optional[torch.Tensor],
+    sinks: Optional[torch.Tensor] = None,
+    softcap: float = 0.0,
 ) -> None:
     _call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
           kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base, backend,
-          out=out, lse=lse)  # fmt: skip
+          sinks, softcap, out=out, lse=lse)  # fmt: skip
 
 
 @_attention_into.register_fake
@@ -167,6 +173,8 @@ def attention_op(
     lse_base="ln",
     out=None,
     lse=None,
+    sinks=None,
+    softcap=0.0,
     backend="auto",
 ):
     """`ragged_attn.attention` through the torch.library ops (what a compiled graph calls).
@@ -179,6 +187,7 @@ def attention_op(
     """
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"window_size: expected a pair (left, right) of ints >= -1, got {window_size!r}")
+    softcap = check_softcap(softcap)  # the schema's float would take a bool or round a huge int
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
             kv_layout, causal_name(causal), window_size[0], window_size[1], softmax_scale, return_lse, lse_layout,
             lse_base, backend)  # fmt: skip
@@ -187,7 +196,7 @@ def attention_op(
             out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
         if return_lse and lse is None:  # every row gets written (-inf past a padded sequence's length)
             lse = _fake_lse(q, v, cu_seqlens_q, max_seqlen_q, True, lse_layout)
-        torch.ops.ragged_attn.attention_into(*args, out, lse)
+        torch.ops.ragged_attn.attention_into(*args, out, lse, sinks, softcap)
         return (out, lse) if return_lse else out
-    o, l_ = torch.ops.ragged_attn.attention(*args)
+    o, l_ = torch.ops.ragged_attn.attention(*args, sinks, softcap)
     return (o, l_) if return_lse else o

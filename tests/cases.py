@@ -104,6 +104,9 @@ def oracle_float64(case: Case, args, kwargs):
 
     Returns (out (total_q, H_q, D_v) float64 with NaN in rows outside every sequence,
              lse per (sequence, row, head) as a dict {(b, i, h): value in the case's base}).
+    kwargs may carry issue 14's `softcap` (scores -> softcap * tanh(scores / softcap) after the
+    scale) and `sinks` ((H_q,) logits: one more softmax column per head with no value; a row that
+    sees no key gets O = 0, LSE = the sink).
     """
     q, k, v, cu_q, cu_k = args[:5]
     b_count = len(case.lens_q)
@@ -111,6 +114,9 @@ def oracle_float64(case: Case, args, kwargs):
     out = torch.full((q.shape[0], case.h_q, case.d_v), math.nan, dtype=torch.float64)
     lse = {}
     scale = kwargs.get("softmax_scale") or 1.0 / math.sqrt(case.d_qk)
+    softcap = kwargs.get("softcap") or 0.0
+    sinks = kwargs.get("sinks")
+    sinks = None if sinks is None else sinks.cpu().double().tolist()
     left, right = case.window
     if case.causal:
         right = 0
@@ -139,14 +145,17 @@ def oracle_float64(case: Case, args, kwargs):
             hi = lk - 1 if right < 0 else min(lk - 1, i + off + right)
             lo = 0 if left < 0 else max(0, i + off - left)
             for h in range(case.h_q):
+                sink = -math.inf if sinks is None else sinks[h]
                 if hi < lo:
                     out[q0 + i, h] = 0.0
-                    lse[(b, i, h)] = -math.inf
+                    lse[(b, i, h)] = sink if case.lse_base == "ln" else sink / math.log(2.0)
                     continue
                 s = (kk[lo : hi + 1, h // ratio] @ q[q0 + i, h].cpu().double()) * scale
-                m = s.max()
+                if softcap:
+                    s = softcap * torch.tanh(s / softcap)
+                m = max(float(s.max()), sink)
                 p = torch.exp(s - m)
-                denom = p.sum()
+                denom = p.sum() + math.exp(sink - m)
                 out[q0 + i, h] = (p / denom) @ vv[lo : hi + 1, h // ratio]
                 value = float(m + torch.log(denom))
                 lse[(b, i, h)] = value if case.lse_base == "ln" else value / math.log(2.0)

@@ -42,6 +42,22 @@ def test_readme_merge_block_runs():
     assert scope["o"].shape == (6, 4, 64) and scope["s"].shape == (6, 4) and scope["s"].dtype == torch.float32
 
 
+def test_readme_sinks_softcap_block_runs():
+    scope: dict = {}
+    exec(compile(_use_block("## Attention sinks and logit softcap"), str(README), "exec"), scope)  # noqa: S102
+    assert scope["out"].shape == (6, 4, 64) and scope["lse"].shape == (4, 6)
+    plain = _without_sinks(scope)
+    assert torch.equal(scope["lse"][3], plain[1][3]), "a -inf sink is no sink"
+    assert torch.all(scope["lse"][:3] > plain[1][:3]), "a finite sink adds to the denominator"
+
+
+def _without_sinks(scope):
+    import ragged_attn
+
+    return ragged_attn.attention(scope["q"], scope["k"], scope["v"], scope["cu_q"], scope["cu_k"], 6, 9, causal=True,
+                                 softcap=30.0, return_lse=True)  # fmt: skip
+
+
 def test_readme_transformers_block_runs():
     import pytest
 

@@ -343,3 +343,70 @@ def test_a_4d_custom_mask_is_declined_by_name():
     mask4d = torch.ones(1, 1, 5, 5, dtype=torch.bool).tril()
     with torch.no_grad(), pytest.raises(NotImplementedError, match="attention_mask.*4D"):
         model(input_ids=torch.randint(0, 64, (1, 5)), attention_mask=mask4d)
+
+
+# --- issue 14: sinks (gpt-oss's s_aux) and softcap (Gemma 2) pass through ----------------------
+
+def _gpt_oss(impl):
+    cfg = transformers.GptOssConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                    num_local_experts=4, num_experts_per_tok=2, head_dim=16, num_attention_heads=4,
+                                    num_key_value_heads=2, sliding_window=4, max_position_embeddings=128,
+                                    layer_types=["sliding_attention", "full_attention"])  # fmt: skip
+    return transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=impl)
+
+
+def _gemma2(impl):
+    cfg = transformers.Gemma2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                    head_dim=16, num_attention_heads=4, num_key_value_heads=2, sliding_window=4,
+                                    max_position_embeddings=128, attn_logit_softcapping=2.0,
+                                    query_pre_attn_scalar=16)  # fmt: skip
+    return transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=impl)
+
+
+@pytest.mark.parametrize("make,option", [(_gpt_oss, "sinks"), (_gemma2, "softcap")], ids=["gpt-oss", "gemma2"])
+def test_sinks_and_softcap_models_match_eager(make, option, monkeypatch):
+    """gpt-oss passes its per-head sinks as s_aux, Gemma 2 its attn_logit_softcapping as softcap;
+    both reach ragged_attn.attention and the hidden states match transformers' eager attention
+    (gpt-oss / Gemma 2 have no sdpa softcap path)."""
+    seed = _seed()
+    torch.manual_seed(seed)
+    ours = make("ragged_attn").eval()
+    with torch.no_grad():
+        for name, p in ours.named_parameters():
+            if name.endswith("sinks"):  # initialised to zeros-ish: make them matter
+                p.normal_(0.0, 2.0)
+    ref = make("eager").eval()
+    ref.load_state_dict(ours.state_dict())
+    seen = []
+    real = ragged_attn.attention
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get(option))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ragged_attn, "attention", spy)
+    ids = torch.randint(0, 128, (2, 9), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        a = ours.model(input_ids=ids, use_cache=False).last_hidden_state
+        b = ref.model(input_ids=ids, use_cache=False).last_hidden_state
+    err = (a - b).abs().max().item()
+    assert err < ATOL, f"seed {seed}: {err}"
+    assert len(seen) == 2 and all(x is not None for x in seen)
+    if option == "sinks":
+        assert all(x.dtype == torch.float32 and x.shape == (4,) for x in seen)
+    else:
+        assert seen == [2.0, 2.0]
+
+
+def test_attention_forward_widens_a_bf16_s_aux():
+    module = torch.nn.Module()
+    module.is_causal = True
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, h, 6, 32, generator=g).to(torch.bfloat16) for h in (4, 2, 2))
+    sinks = torch.randn(4, generator=g).to(torch.bfloat16)
+    out, _ = rt.attention_forward(module, q, k, v, None, s_aux=sinks, softcap=3.0)
+    cu = torch.tensor([0, 6], dtype=torch.int32)
+    want = ragged_attn.attention(q[0].transpose(0, 1).contiguous(), k[0].transpose(0, 1).contiguous(),
+                                 v[0].transpose(0, 1).contiguous(), cu, cu, 6, 6, causal=True, sinks=sinks.float(),
+                                 softcap=3.0)  # fmt: skip
+    assert out.dtype == torch.bfloat16 and torch.equal(out[0], want)

@@ -7,9 +7,12 @@ that FA2 lacks, with FA4's defaults, and `out` / `backend`. tests/test_compat_si
 both against tests/signatures/*.json, recorded from those releases' sources. For FA4's own
 positional order and its (out, lse) return, import ragged_attn.compat.flash_attn_cute instead.
 
-Rules for what is not served: an option that changes the numbers (dropout, ALiBi, softcap,
-learnable sinks, score/mask mods, block sparsity, qv / MLA absorption, top-k gather) declines with
-NotImplementedError naming it; an option that only steers the other library's scheduling (num_splits,
+Pass-through (issue 14): FA's `softcap` (0.0 or None = off) becomes `attention(softcap=...)` and
+FA4's `learnable_sink` ((H_q,) bf16 / fp16 / fp32) becomes `attention(sinks=...)` in float32; both
+are computed by the reference backend, and the GPU kernel declines them by name for now.
+
+Rules for what is not served: an option that changes the numbers (dropout, ALiBi, score/mask
+mods, block sparsity, qv / MLA absorption, top-k gather) declines with NotImplementedError naming it; an option that only steers the other library's scheduling (num_splits,
 pack_gqa, scheduler_metadata, seqlen_k_per_split, disable_scheduler_metadata, deterministic,
 min_seqlen_k) is accepted and has nothing to steer here, so results are unchanged.
 """
@@ -18,7 +21,11 @@ from __future__ import annotations
 
 import numbers
 
+import torch
+
 from ..api import attention
+
+_SINK_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def window_of(window_size, causal: bool) -> tuple[int, int]:
@@ -39,21 +46,30 @@ def window_of(window_size, causal: bool) -> tuple[int, int]:
     return (left, right)
 
 
+def softcap_of(softcap):
+    """FA's softcap (0.0 or None = off) as `attention`'s softcap; anything else passes through for
+    `attention` to check and name."""
+    return 0.0 if softcap is None else softcap
+
+
+def sinks_of(learnable_sink):
+    """FA4's learnable_sink as `attention`'s sinks: fp16 / bf16 widened to float32 (exact); None, a
+    float32 tensor or anything else (for `attention` to name) as given."""
+    if isinstance(learnable_sink, torch.Tensor) and learnable_sink.dtype in _SINK_DTYPES:
+        return learnable_sink.float()
+    return learnable_sink
+
+
 def decline_unserved(**options) -> None:
     """NotImplementedError naming the first option set to something ragged_attn does not compute."""
     for name, value in options.items():
-        if name in ("dropout_p", "softcap"):
-            unset = value == 0.0 or value is None
-        else:
-            unset = value is None
+        unset = (value == 0.0 or value is None) if name == "dropout_p" else value is None
         if not unset:
             what = {
                 "dropout_p": "ragged_attn is an inference forward (no dropout)",
-                "softcap": "logit soft-capping is not served yet",
                 "alibi_slopes": "ALiBi is not served yet",
                 "qv": "the MLA-absorbed qv term is not served",
                 "gather_kv_indices": "top-k KV gathering (sparse MLA) is not served",
-                "learnable_sink": "learnable attention sinks are not served yet",
                 "score_mod": "score modifiers are not served",
                 "score_mod_bwd": "score modifiers are not served",
                 "mask_mod": "mask modifiers are not served (use causal / window_size)",
@@ -123,7 +139,10 @@ def flash_attn_varlen_func(
             seqused_k, cu_seqlens_k gives the key lengths (as in FA2); may be None with a page
             table and seqused_k.
         max_seqlen_q, max_seqlen_k: Python ints (or None: bounds unknown).
-        dropout_p: must be 0.0; softcap: must be 0.0 (or None); alibi_slopes: must be None.
+        dropout_p: must be 0.0; alibi_slopes: must be None.
+        softcap: 0.0 or None (off), or the cap: scores (after softmax_scale) become
+            softcap * tanh(scores / softcap), as FA2 computes them (`attention(softcap=...)`;
+            reference backend only for now, the kernel declines it by name).
         softmax_scale: default 1 / sqrt(D). causal: bottom-right aligned (FA2 >= 2.1, FA4).
         window_size: (left, right), -1 (FA2) or None (FA4) unbounded; with causal the right bound
             is forced to 0, as FA2 and FA4 do.
@@ -133,7 +152,10 @@ def flash_attn_varlen_func(
         block_table (FA2) / page_table (FA4): int32 (B, max_pages); pass one of them.
         seqused_q, seqused_k (FA4): int32 (B,) rows used from each start.
         return_lse (FA4): returns (out, softmax_lse) as FA4 does. Not with return_attn_probs.
-        qv, gather_kv_indices, learnable_sink, score_mod, score_mod_bwd, mask_mod,
+        learnable_sink (FA4): None or an (H_q,) fp16 / bf16 / fp32 tensor of per-head sink logits
+            (natural log, not scaled), passed as `attention(sinks=...)` in float32; the LSE
+            includes the sink (reference backend only for now).
+        qv, gather_kv_indices, score_mod, score_mod_bwd, mask_mod,
             block_sparse_tensors (FA4): must be None (NotImplementedError names the one set).
         min_seqlen_k, num_splits, pack_gqa, scheduler_metadata, seqlen_k_per_split,
             disable_scheduler_metadata (FA4): scheduling hints, accepted; ragged_attn never splits
@@ -154,9 +176,8 @@ def flash_attn_varlen_func(
             `ragged_attn.attention`.
     """
     decline_unserved(
-        dropout_p=dropout_p, softcap=softcap, alibi_slopes=alibi_slopes, qv=qv, gather_kv_indices=gather_kv_indices,
-        learnable_sink=learnable_sink, score_mod=score_mod, score_mod_bwd=score_mod_bwd, mask_mod=mask_mod,
-        block_sparse_tensors=block_sparse_tensors,
+        dropout_p=dropout_p, alibi_slopes=alibi_slopes, qv=qv, gather_kv_indices=gather_kv_indices,
+        score_mod=score_mod, score_mod_bwd=score_mod_bwd, mask_mod=mask_mod, block_sparse_tensors=block_sparse_tensors,
     )  # fmt: skip
     check_gather_bwd(gather_bwd_recompute_p, gather_bwd_token_chunk)
     if block_table is not None and page_table is not None:
@@ -169,7 +190,7 @@ def flash_attn_varlen_func(
         seqused_q=seqused_q, seqused_k=seqused_k, page_table=block_table if block_table is not None else page_table,
         kv_layout="NHD", causal=bool(causal), window_size=window_of(window_size, bool(causal)),
         softmax_scale=softmax_scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln", out=out,
-        backend=backend,
+        sinks=sinks_of(learnable_sink), softcap=softcap_of(softcap), backend=backend,
     )  # fmt: skip
     if return_attn_probs:
         o, lse = result

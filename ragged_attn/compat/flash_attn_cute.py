@@ -5,12 +5,13 @@ in the same order with the same defaults, then ragged_attn's `backend` keyword
 (tests/test_compat_signatures.py checks it against tests/signatures/flash-attn-4-4.0.0b36.json).
 The result is FA4's: always a pair (out, lse), lse None unless return_lse. Options that change the
 numbers and are not served decline by name; scheduling hints are accepted (see compat/flash_attn.py).
+`softcap` and `learnable_sink` pass through to `attention(softcap=..., sinks=...)` (issue 14).
 """
 
 from __future__ import annotations
 
 from ..api import attention
-from .flash_attn import check_gather_bwd, decline_unserved, window_of
+from .flash_attn import check_gather_bwd, decline_unserved, sinks_of, softcap_of, window_of
 
 
 def flash_attn_varlen_func(
@@ -61,8 +62,14 @@ def flash_attn_varlen_func(
         max_seqlen_q, max_seqlen_k: Python ints or None.
         softmax_scale: default 1 / sqrt(D). causal: bottom-right aligned.
         window_size: (left, right), None (or negative) unbounded; causal sets right = 0.
-        qv, gather_kv_indices, learnable_sink, score_mod, score_mod_bwd, mask_mod,
-            block_sparse_tensors: must be None; softcap must be 0.0 (NotImplementedError names it).
+        learnable_sink: None or an (H_q,) fp16 / bf16 / fp32 tensor of per-head sink logits (natural
+            log, not scaled by softmax_scale), passed as `attention(sinks=...)` in float32; the LSE
+            includes the sink; a row that sees no key gets O = 0, LSE = the sink.
+        softcap: 0.0 or None (off), or the cap: scores (after softmax_scale) become
+            softcap * tanh(scores / softcap). Both are computed by the reference backend; the GPU
+            kernel declines them by name for now.
+        qv, gather_kv_indices, score_mod, score_mod_bwd, mask_mod, block_sparse_tensors: must be
+            None (NotImplementedError names it).
         min_seqlen_k, num_splits, pack_gqa, deterministic, scheduler_metadata, seqlen_k_per_split,
             disable_scheduler_metadata, aux_tensors, aux_scalars: accepted, nothing to steer.
         gather_bwd_recompute_p, gather_bwd_token_chunk: ValueError when set (FA4's rule without
@@ -77,8 +84,8 @@ def flash_attn_varlen_func(
         `ragged_attn.attention`.
     """
     decline_unserved(
-        softcap=softcap, qv=qv, gather_kv_indices=gather_kv_indices, learnable_sink=learnable_sink,
-        score_mod=score_mod, score_mod_bwd=score_mod_bwd, mask_mod=mask_mod, block_sparse_tensors=block_sparse_tensors,
+        qv=qv, gather_kv_indices=gather_kv_indices, score_mod=score_mod, score_mod_bwd=score_mod_bwd,
+        mask_mod=mask_mod, block_sparse_tensors=block_sparse_tensors,
     )  # fmt: skip
     check_gather_bwd(gather_bwd_recompute_p, gather_bwd_token_chunk)
     if cu_seqlens_q is None:
@@ -95,6 +102,7 @@ def flash_attn_varlen_func(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout="NHD", causal=bool(causal),
         window_size=window_of(window_size, bool(causal)), softmax_scale=softmax_scale, return_lse=bool(return_lse),
-        lse_layout="head_major", lse_base="ln", backend=backend,
+        lse_layout="head_major", lse_base="ln", sinks=sinks_of(learnable_sink), softcap=softcap_of(softcap),
+        backend=backend,
     )  # fmt: skip
     return result if return_lse else (result, None)

@@ -35,8 +35,13 @@ Backend: `backend` of `register` ("auto": the exact PyTorch reference on CPU ten
 kernel on CUDA ones). The kernel serves fp16/bf16 and forward only (no autograd: inference);
 what it does not serve is a NotImplementedError naming it, never a silent fallback.
 
-Declined by name (NotImplementedError): dropout > 0 (training), softcap, attention sinks (s_aux),
-a 4D (custom) attention mask, and transformers older than 5.0 (`SUPPORTED`).
+Passed through (issue 14): `softcap` (Gemma 2's `attn_logit_softcapping`, passed as softcap=) to
+`attention(softcap=...)`, and `s_aux` (gpt-oss's per-head `sinks` parameter, passed as s_aux=) to
+`attention(sinks=...)` in float32. Both are computed by the reference backend; on CUDA the kernel
+declines them by name for now (register(..., backend="reference") serves them on any device).
+
+Declined by name (NotImplementedError): dropout > 0 (training), a 4D (custom) attention mask, and
+transformers older than 5.0 (`SUPPORTED`).
 Tested with transformers 5.24.0 (tests/test_transformers_compat.py, CPU;
 tests/gpu/test_transformers_gpu.py, H200).
 """
@@ -129,7 +134,10 @@ def attention_forward(
         dropout: must be 0 (the module passes its dropout only in training).
         scaling: softmax scale, default 1 / sqrt(D_qk).
         sliding_window: None or w (keys within w - 1 positions, flash_attention_2's mapping).
-        softcap, s_aux: must be None.
+        softcap: None / 0 (off) or Gemma 2's cap: scores (after scaling) become
+            softcap * tanh(scores / softcap).
+        s_aux: None or gpt-oss's (H_q,) sink logits (any float dtype; widened to float32): one
+            more softmax column per head with no value (as gpt-oss's eager_attention_forward).
         is_causal: overrides module.is_causal.
         backend: ragged_attn's backend ("auto", "reference", "cute"), bound by `register`.
         kwargs: position_ids (B or 1, q_len); cu_seq_lens_q/k (int, (N + 1,)) with max_length_q/k;
@@ -138,16 +146,12 @@ def attention_forward(
         (out (B, q_len, H_q, D_v) in query's dtype, None): rows outside every sequence (padding)
         are 0.
     Raises:
-        NotImplementedError: dropout > 0, softcap, s_aux, a 4D mask; or what the backend
-            declines (as `ragged_attn.attention`).
+        NotImplementedError: dropout > 0, a 4D mask; or what the backend declines (as
+            `ragged_attn.attention`; the GPU kernel declines softcap and s_aux for now).
         ValueError: a mask or lengths that do not fit the tensors.
     """
     if dropout:
         _decline("dropout", f"dropout_p = {dropout} (training)")
-    if softcap:
-        _decline("softcap", f"softcap = {softcap}")
-    if s_aux is not None:
-        _decline("s_aux", "an attention sink (s_aux)")
     batch, h_q, q_len, _ = query.shape
     kv_len, d_v = key.shape[2], value.shape[3]
     causal = bool(module.is_causal if is_causal is None else is_causal)
@@ -155,6 +159,10 @@ def attention_forward(
     if sliding_window is not None and kv_len > sliding_window:
         window = (sliding_window - 1, 0 if causal else sliding_window - 1)
     opts = {"causal": causal, "window_size": window, "softmax_scale": scaling, "backend": backend}
+    if softcap:
+        opts["softcap"] = softcap
+    if s_aux is not None:
+        opts["sinks"] = s_aux.float() if isinstance(s_aux, torch.Tensor) else s_aux
 
     if attention_mask is not None:
         if attention_mask.dim() != 2:
