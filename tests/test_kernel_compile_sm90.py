@@ -57,6 +57,18 @@ def test_compiles_without_spills_and_exports(lc, tmp_path, capfd):
     assert callable(mod.fwd)
 
 
+def test_one_stage_with_warpgroup_skipping_and_ping_pong_is_refused():
+    """One K/V stage with wg_skip and ping-pong deadlocks (an idle warpgroup's V wait and its
+    successor's turn wait on each other): refused when the kernel object is made, before tracing."""
+    from ragged_attn.kernels.sm90.launch import kernel_for
+
+    lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "ragged")
+    with pytest.raises(ValueError, match="num_stages >= 2"):
+        kernel_for(lc, TileConfig(128, 32, 1))
+    kernel_for(lc, TileConfig(128, 32, 1, wg_skip=False))  # the same stage count without skipping
+    kernel_for(lc, TileConfig(128, 32, 1, pingpong=False))  # no turns to wait for
+
+
 def test_every_class_has_a_config_that_fits():
     """Each head-dim class x mask family: tile_n a multiple of 16, smem within 227 KiB; O shares
     Q's buffer exactly when the separate buffers would not fit."""

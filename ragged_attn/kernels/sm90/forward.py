@@ -16,7 +16,7 @@ Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the pers
   stays in registers), then its own epilogue (its O rows through smem behind its own named
   barrier, 128-bit row- and column-predicated stores; LSE per row). The warpgroups take turns
   issuing GEMMs (ping-pong, a ring of named barriers, one turn per key block); a warpgroup skips
-  the tile's last key blocks none of its own rows sees (causal diagonals, rows past len_q): it
+  the tile's key blocks none of its own rows sees (causal diagonals, window edges, rows past len_q): it
   releases their K/V stages and passes their turns (mainloop.py, `mainloop_idle`). Tiles per class:
   tile_config.py (tile_m 128 or 192, tile_n 80..192).
 - Tile slots: per sequence (tiles_max = ceil(max(max_seqlen_q, lse_s_max) / tile_m) slots each)
@@ -144,6 +144,11 @@ class RaggedForwardSm90(MmaMainloops):
         # Warpgroups skip the key blocks their own rows do not see: with the overlapped mainloop,
         # when its ping-pong turns are one per block (turn_first_gemm) or there are none.
         self.wg_skip = config.wg_skip and self.overlap and (self.turn_first_gemm or not self.pingpong)
+        if self.wg_skip and self.pingpong and self.num_stages < 2:
+            # An idle warpgroup waits for block i's V before passing turn i; with one stage that V
+            # waits for its successor's release of block i - 1, which waits for that turn (found by
+            # a turn/stage model, 2026-12-02). No shipped config has one stage.
+            raise ValueError(f"RaggedForwardSm90: {config}: wg_skip with ping-pong needs num_stages >= 2")
         self.has_right = mask in ("causal", "window")
         self.has_left = mask == "window"
         self.num_mma_threads = 128 * self.num_mma_warpgroups

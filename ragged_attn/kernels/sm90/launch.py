@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 
 from ragged_attn.layout_class import LayoutClass
 
@@ -45,8 +46,12 @@ _COUNTERS: dict = {}  # (device index, raw stream) -> int32 (1,) tile counter
 # Each launch captured into a CUDA graph takes a slot of its own for good, so graphs replayed side
 # by side never share a counter and no counter lives in a graph's memory pool (torch.compile's
 # CUDA-graph trees refuse pool allocations that outlive the recording).
-_CAPTURE_BANK_SLOTS = 4096
+# A spent bank is replaced at the next launch outside a capture; spent banks stay referenced
+# (_SPENT_BANKS) since the graphs that captured their slots may still replay.
+_CAPTURE_BANK_SLOTS = 65536  # 256 KiB per device: e.g. 64 layers x 1024 captured batch shapes
 _CAPTURE_BANKS: dict = {}  # device index -> [int32 (_CAPTURE_BANK_SLOTS,) tensor, next slot]
+_SPENT_BANKS: list = []
+_BANK_LOCK = threading.Lock()  # two threads capturing at once never take one slot
 
 
 def tile_counter(q):
@@ -64,19 +69,34 @@ def tile_counter(q):
         return torch.zeros((1,), dtype=torch.int32)
     dev = q.get_device()
     if torch.cuda.is_current_stream_capturing():
-        bank = _CAPTURE_BANKS.get(dev)
-        if bank is None or bank[1] >= _CAPTURE_BANK_SLOTS:
-            return torch.zeros((1,), dtype=torch.int32, device=q.device)
-        slot = bank[1]
-        bank[1] += 1
+        with _BANK_LOCK:
+            bank = _CAPTURE_BANKS.get(dev)
+            if bank is None or bank[1] >= _CAPTURE_BANK_SLOTS:
+                return torch.zeros((1,), dtype=torch.int32, device=q.device)
+            slot = bank[1]
+            bank[1] += 1
         return bank[0][slot : slot + 1]
     key = (dev, torch._C._cuda_getCurrentRawStream(dev))
     counter = _COUNTERS.get(key)
     if counter is None:
         counter = _COUNTERS[key] = torch.zeros((1,), dtype=torch.int32, device=q.device)
-        if dev not in _CAPTURE_BANKS:
-            _CAPTURE_BANKS[dev] = [torch.zeros((_CAPTURE_BANK_SLOTS,), dtype=torch.int32, device=q.device), 0]
+    bank = _CAPTURE_BANKS.get(dev)
+    if bank is None or bank[1] >= _CAPTURE_BANK_SLOTS:
+        _new_capture_bank(dev, q.device)
     return counter
+
+
+def _new_capture_bank(dev: int, device) -> None:
+    """A fresh zeroed capture bank for device `dev` (outside any capture); a spent one is kept."""
+    import torch
+
+    with _BANK_LOCK:
+        bank = _CAPTURE_BANKS.get(dev)
+        if bank is not None and bank[1] < _CAPTURE_BANK_SLOTS:
+            return
+        if bank is not None:
+            _SPENT_BANKS.append(bank[0])
+        _CAPTURE_BANKS[dev] = [torch.zeros((_CAPTURE_BANK_SLOTS,), dtype=torch.int32, device=device), 0]
 
 
 def _cutlass_dtype(name: str):
@@ -224,7 +244,7 @@ def launch_forward(
     """
     if batch == 0 or q.shape[1] == 0 or max(max_seqlen_q, lse_s_max) == 0:
         return
-    if q.shape[0] > 0 and k.shape[0] == 0 and page_table is None:
+    if q.shape[0] > 0 and k.shape[0] == 0 and page_table is None and out.dtype == q.dtype:
         # No keys: every row sees nothing (O = 0, LSE = -inf). TMA descriptors need non-empty
         # extents, so q stands in for k and out for v (same dtype, heads and head dims); with every
         # key length 0 the kernel loads no key block and writes exactly the valid rows, leaving
@@ -233,7 +253,8 @@ def launch_forward(
         seqused_k = None
     elif q.shape[0] == 0 or k.shape[0] == 0:
         # TMA descriptors need non-empty extents. No queries: only padded LSE rows remain (all
-        # past len_q = 0). An empty page pool: every row sees nothing, O = 0 and LSE = -inf.
+        # past len_q = 0). An empty page pool (or out of another dtype than q, which cannot stand
+        # in for v): every row sees nothing, O = 0 and LSE = -inf.
         if lse is not None and (lse_s_max > 0 or q.shape[0] > 0):
             lse.fill_(float("-inf"))
         if q.shape[0] > 0:

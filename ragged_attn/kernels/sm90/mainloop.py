@@ -131,8 +131,9 @@ class MmaMainloops:
             self.kv_wait(pipe_v, kv_state)
             pipe_v.consumer_release(kv_state)
             kv_state.advance()
-            # Turn i after block i's stages: the siblings' turn i + 1 may need block i + 2's
-            # stages refilled, which needs this warpgroup's releases of block i first.
+            # Turn i after block i's stages: a sibling's turn i needs K(i) and, with 2 stages,
+            # V(i) may wait for the releases of block i - 2, which this warpgroup gave first.
+            # (With one stage this order deadlocks: forward.py refuses that config.)
             if i < turns:
                 self.sched_wait(wg_idx)
                 self.sched_pass(wg_idx)
