@@ -27,13 +27,17 @@ def test_captured_launches_take_distinct_slots_then_a_spent_bank_is_replaced(mon
     monkeypatch.setattr(launch, "_CAPTURE_BANK_SLOTS", 3)
     monkeypatch.setattr(launch, "_CAPTURE_BANKS", {})
     monkeypatch.setattr(launch, "_SPENT_BANKS", [])
+    monkeypatch.setattr(launch, "_BANKS_WANTED", set())
     q = _FakeCudaTensor()
     _capturing(monkeypatch, True)
     before = launch.tile_counter(q)  # no bank made yet: a fresh tensor (the graph pool's on a GPU)
     assert before.shape == (1,) and int(before) == 0
-    launch._new_capture_bank(7, q.device)  # what the first launch outside a capture does
+    assert launch._BANKS_WANTED == {7}, "the next launch outside a capture is told to make the bank"
+    launch._new_capture_bank(7, q.device)  # what the next launch outside a capture does
+    assert not launch._BANKS_WANTED
     bank = launch._CAPTURE_BANKS[7][0]
     slots = [launch.tile_counter(q) for _ in range(3)]
+    assert launch._BANKS_WANTED == {7}, "the last slot taken asks for a new bank"
     assert [s.data_ptr() for s in slots] == [bank[i : i + 1].data_ptr() for i in range(3)]
     spare = launch.tile_counter(q)  # spent: a fresh tensor, never a slot already handed out
     assert spare.data_ptr() not in {s.data_ptr() for s in slots}
@@ -48,6 +52,7 @@ def test_threads_capturing_at_once_never_share_a_slot(monkeypatch):
     monkeypatch.setattr(launch, "_CAPTURE_BANK_SLOTS", 4000)
     monkeypatch.setattr(launch, "_CAPTURE_BANKS", {})
     monkeypatch.setattr(launch, "_SPENT_BANKS", [])
+    monkeypatch.setattr(launch, "_BANKS_WANTED", set())
     q = _FakeCudaTensor()
     launch._new_capture_bank(7, q.device)
     _capturing(monkeypatch, True)

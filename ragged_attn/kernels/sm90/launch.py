@@ -51,6 +51,7 @@ _COUNTERS: dict = {}  # (device index, raw stream) -> int32 (1,) tile counter
 _CAPTURE_BANK_SLOTS = 65536  # 256 KiB per device: e.g. 64 layers x 1024 captured batch shapes
 _CAPTURE_BANKS: dict = {}  # device index -> [int32 (_CAPTURE_BANK_SLOTS,) tensor, next slot]
 _SPENT_BANKS: list = []
+_BANKS_WANTED: set = set()  # devices whose bank a capture found missing or spent
 _BANK_LOCK = threading.Lock()  # two threads capturing at once never take one slot
 
 
@@ -60,9 +61,10 @@ def tile_counter(q):
     exactly as many tickets as it has tiles, and the last taker resets it; forward.py next_tile).
     Launches on one stream run one after another, so each (device, stream) keeps one counter;
     launches on other streams use their own. While the stream is being captured into a CUDA graph,
-    a slot of the device's capture bank (allocated, zeroed, at the first launch outside a capture)
-    that no other launch uses; with the bank spent or not yet made, a fresh zeroed tensor from the
-    graph's memory pool (its memset is captured too)."""
+    a slot of the device's capture bank (allocated, zeroed, at the first launch outside a capture,
+    and replaced at the first one after a capture took its last slot) that no other launch uses;
+    with the bank spent or not yet made, a fresh zeroed tensor from the graph's memory pool (its
+    memset is captured too)."""
     import torch
 
     if not q.is_cuda:  # a stand-in entry (tests/test_fast_launch.py) on a machine without CUDA
@@ -72,16 +74,20 @@ def tile_counter(q):
         with _BANK_LOCK:
             bank = _CAPTURE_BANKS.get(dev)
             if bank is None or bank[1] >= _CAPTURE_BANK_SLOTS:
+                _BANKS_WANTED.add(dev)  # made by the next launch outside a capture
                 return torch.zeros((1,), dtype=torch.int32, device=q.device)
             slot = bank[1]
             bank[1] += 1
+            if bank[1] == _CAPTURE_BANK_SLOTS:
+                _BANKS_WANTED.add(dev)
         return bank[0][slot : slot + 1]
     key = (dev, torch._C._cuda_getCurrentRawStream(dev))
     counter = _COUNTERS.get(key)
     if counter is None:
         counter = _COUNTERS[key] = torch.zeros((1,), dtype=torch.int32, device=q.device)
-    bank = _CAPTURE_BANKS.get(dev)
-    if bank is None or bank[1] >= _CAPTURE_BANK_SLOTS:
+        if dev not in _CAPTURE_BANKS:
+            _new_capture_bank(dev, q.device)
+    if _BANKS_WANTED and dev in _BANKS_WANTED:  # the hot path pays one set test
         _new_capture_bank(dev, q.device)
     return counter
 
@@ -91,6 +97,7 @@ def _new_capture_bank(dev: int, device) -> None:
     import torch
 
     with _BANK_LOCK:
+        _BANKS_WANTED.discard(dev)
         bank = _CAPTURE_BANKS.get(dev)
         if bank is not None and bank[1] < _CAPTURE_BANK_SLOTS:
             return
