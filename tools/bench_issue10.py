@@ -73,6 +73,87 @@ def pairs(lens, causal):
     return sum(n * (n + 1) // 2 if causal else n * n for n in lens)
 
 
+def make_impls(lens, hq, hkv, d, causal, dev):
+    """The row's inputs and every implementation's call: ({label: call}, flops, total tokens)."""
+    torch.manual_seed(0)
+    total, b, smax = sum(lens), len(lens), max(lens)
+    q = torch.randn(total, hq, d, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device=dev)
+    out = torch.empty_like(q)
+    lse = torch.empty(total, hq, device=dev)
+    flops = 4 * hq * d * pairs(lens, causal)
+    mask = "causal" if causal else "none"
+    lc = LayoutClass("sm_90a", d, d, "bf16", "bf16", mask, True, "ragged")
+    impls = {}
+    try:
+        from flash_attn.cute import flash_attn_varlen_func as fa4
+
+        impls["FA4"] = lambda: fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=smax,
+                                   max_seqlen_k=smax, causal=causal, return_lse=True)[0]  # fmt: skip
+    except ImportError:
+        pass
+    try:
+        from fa3_fwd_interface import flash_attn_varlen_func as fa3
+
+        def fa3_call():
+            o = fa3(q, k, v, cu, cu, smax, smax, causal=causal)
+            return o[0] if isinstance(o, tuple) else o
+
+        impls["FA3"] = fa3_call
+    except ImportError:
+        pass
+    if len(set(lens)) == 1:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+        qp = q.view(b, smax, hq, d).transpose(1, 2).contiguous()
+        kp = k.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
+        vp = v.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
+
+        def sdpa_call():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return sdpa(qp, kp, vp, is_causal=causal)  # (B, H, s, D): unpacked outside the timing
+
+        impls["cuDNN SDPA padded"] = sdpa_call
+        qg = qp
+        kg = k.view(b, smax, hkv, d).transpose(1, 2).contiguous()
+        vg = v.view(b, smax, hkv, d).transpose(1, 2).contiguous()
+
+        def sdpa_gqa_call():  # native GQA (the project bench's peer): K/V not expanded
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return sdpa(qg, kg, vg, is_causal=causal, enable_gqa=True)
+
+        impls["cuDNN SDPA padded enable_gqa"] = sdpa_gqa_call
+    fn = load(lc)
+
+    def ours():
+        launch_forward(
+            fn, q=q, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
+            seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
+            window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
+        )  # fmt: skip
+        return out
+
+    impls["ours"] = ours
+    for sub in filter(None, os.environ.get("RAGGED_ATTN_VARIANTS", "").split(",")):
+        alt = load(lc, sub)  # the same class built with other tile-config fields
+        if alt is None:
+            continue
+
+        def ours_alt(alt=alt, alt_out=torch.empty_like(q)):
+            launch_forward(
+                alt, q=q, k=k, v=v, out=alt_out, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
+                seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
+                window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
+            )  # fmt: skip
+            return alt_out
+
+        impls[f"ours {sub}"] = ours_alt
+    return impls, flops, total, (q, k, v, out, lse)
+
+
 def main():
     picks = sys.argv[1:]
     dev = torch.device("cuda")
@@ -81,82 +162,7 @@ def main():
     for name, lens, hq, hkv, d, causal in ROWS:
         if picks and not any(p in name for p in picks):
             continue
-        torch.manual_seed(0)
-        total, b, smax = sum(lens), len(lens), max(lens)
-        q = torch.randn(total, hq, d, device=dev, dtype=torch.bfloat16)
-        k = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
-        v = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
-        cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device=dev)
-        out = torch.empty_like(q)
-        lse = torch.empty(total, hq, device=dev)
-        flops = 4 * hq * d * pairs(lens, causal)
-        mask = "causal" if causal else "none"
-        lc = LayoutClass("sm_90a", d, d, "bf16", "bf16", mask, True, "ragged")
-        impls = {}
-        try:
-            from flash_attn.cute import flash_attn_varlen_func as fa4
-
-            impls["FA4"] = lambda: fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=smax,
-                                       max_seqlen_k=smax, causal=causal, return_lse=True)[0]  # fmt: skip
-        except ImportError:
-            pass
-        try:
-            from fa3_fwd_interface import flash_attn_varlen_func as fa3
-
-            def fa3_call():
-                o = fa3(q, k, v, cu, cu, smax, smax, causal=causal)
-                return o[0] if isinstance(o, tuple) else o
-
-            impls["FA3"] = fa3_call
-        except ImportError:
-            pass
-        if len(set(lens)) == 1:
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-            from torch.nn.functional import scaled_dot_product_attention as sdpa
-
-            qp = q.view(b, smax, hq, d).transpose(1, 2).contiguous()
-            kp = k.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
-            vp = v.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
-
-            def sdpa_call():
-                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                    return sdpa(qp, kp, vp, is_causal=causal)  # (B, H, s, D): unpacked outside the timing
-
-            impls["cuDNN SDPA padded"] = sdpa_call
-            qg = qp
-            kg = k.view(b, smax, hkv, d).transpose(1, 2).contiguous()
-            vg = v.view(b, smax, hkv, d).transpose(1, 2).contiguous()
-
-            def sdpa_gqa_call():  # native GQA (the project bench's peer): K/V not expanded
-                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                    return sdpa(qg, kg, vg, is_causal=causal, enable_gqa=True)
-
-            impls["cuDNN SDPA padded enable_gqa"] = sdpa_gqa_call
-        fn = load(lc)
-
-        def ours():
-            launch_forward(
-                fn, q=q, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
-                seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
-                window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
-            )  # fmt: skip
-            return out
-
-        impls["ours"] = ours
-        for sub in filter(None, os.environ.get("RAGGED_ATTN_VARIANTS", "").split(",")):
-            alt = load(lc, sub)  # the same class built with other tile-config fields
-            if alt is None:
-                continue
-
-            def ours_alt(alt=alt, alt_out=torch.empty_like(q)):
-                launch_forward(
-                    alt, q=q, k=k, v=v, out=alt_out, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
-                    seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
-                    window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
-                )  # fmt: skip
-                return alt_out
-
-            impls[f"ours {sub}"] = ours_alt
+        impls, flops, total, bufs = make_impls(lens, hq, hkv, d, causal, dev)
         ref = None
         for label, call in impls.items():
             try:
@@ -172,7 +178,7 @@ def main():
             except Exception as e:  # report and go on
                 table.append((name, f"{label} FAILED {type(e).__name__}: {e}"[:150], float("nan"), 0.0, float("nan")))
             print(table[-1], flush=True)
-        del q, k, v, out, lse, impls
+        del bufs, impls
         torch.cuda.empty_cache()
     print("| workload | impl | ms GPU | TFLOP/s | max diff vs first |")
     print("|---|---|---|---|---|")

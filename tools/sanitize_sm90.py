@@ -1,0 +1,47 @@
+"""Small problems of the correctness sweep (tests/sweep_cases.py) for compute-sanitizer: ragged and
+paged, several layout classes, each persistent CTA looping over more than one tile. Each problem is
+checked against the reference as the sweep does.
+
+Usage: compute-sanitizer --tool memcheck|racecheck python tools/sanitize_sm90.py [COUNT] [MIN_ROWS] [MAX_ROWS]
+(COUNT problems, default 8, half of them paged, with MIN_ROWS..MAX_ROWS query tokens x query heads,
+default 2048..65536: 16..512 tiles of 128 rows, so the 132 persistent CTAs take several each).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.sweep_cases import DEFAULT_SEED, draw, expected_class, run_and_check
+
+
+def main():
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+    min_rows = int(sys.argv[2]) if len(sys.argv) > 2 else 2048
+    max_rows = int(sys.argv[3]) if len(sys.argv) > 3 else 65536
+    first = {}  # (head dim, mask family, KV) -> the first sweep problem of the size
+    for index in range(5000):
+        p = draw(DEFAULT_SEED, index)
+        rows = sum(p.lens_q) * p.h_q
+        if min_rows <= rows <= max_rows and sum(p.lens_k) * p.h_kv <= 4 * max_rows:
+            lc = expected_class(p)
+            first.setdefault((lc.d_qk, lc.mask, lc.kv), p)
+    # The 192-row classes (ragged d <= 64, not window) first, then ragged and paged in turn.
+    order = sorted(first, key=lambda f: (not (f[2] == "ragged" and f[0] <= 64 and f[1] != "window"), f[1] != "causal", f))
+    ragged = [f for f in order if f[2] == "ragged"]
+    paged = [f for f in order if f[2] == "paged"]
+    chosen = ragged[: count - count // 2] + paged[: count // 2]
+    picked = [first[f] for f in chosen]
+    for p in picked:
+        run_and_check(p, "cuda", sync_debug=False)
+        torch.cuda.synchronize()
+        print(f"ok: case{p.index} {expected_class(p).name} lens_q={list(p.lens_q)[:6]} page={p.page_size}", flush=True)
+    print(f"sanitized problems: {len(picked)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
