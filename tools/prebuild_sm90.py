@@ -4,7 +4,9 @@
 Used to carry kernels compiled on a CPU box to the GPU machine: tests/gpu/test_kernel_sm90.py
 reads the classes its cases use through RAGGED_ATTN_SM90_PREBUILT, tools/bench_sm90.py the
 classes and the candidates of `VARIANTS`.
-Usage: CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py DIR [--jobs N] [--no-variants]
+Usage: CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py DIR [--jobs N] [--no-variants] [--classes A,B]
+(run it from another checkout, e.g. `git worktree add`, to time that tree's kernels beside this one's
+as a RAGGED_ATTN_VARIANTS entry of tools/bench_issue10.py)
 """
 
 from __future__ import annotations
@@ -78,10 +80,16 @@ def main():
     ap.add_argument("folder")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-variants", action="store_true")
+    ap.add_argument("--classes", help="comma-separated class names: build only these (no variants)")
     a = ap.parse_args()
     os.makedirs(os.path.join(a.folder, "variants"), exist_ok=True)
-    jobs = [(lc, os.path.join(a.folder, lc.name + ".o"), None) for lc in test_classes()]
-    if not a.no_variants:
+    classes = test_classes()
+    if a.classes:
+        from ragged_attn.aot import parse_class_name
+
+        classes = [parse_class_name(n) for n in a.classes.split(",")]
+    jobs = [(lc, os.path.join(a.folder, lc.name + ".o"), None) for lc in classes]
+    if not a.no_variants and not a.classes:
         jobs += [
             (variant_class(v[0], v[1]), os.path.join(a.folder, "variants", variant_name(*v) + ".o"), v)
             for v in VARIANTS

@@ -72,7 +72,10 @@ LOG2_E = math.log2(math.e)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
 EPILOGUE_WG_BARRIER_BASE = 5  # ids 5 .. 7: one MMA warpgroup's own epilogue (wg_epilogue)
 REGISTERS_PER_SM = 65536
-TILE_STAGES = 2  # tile indices the producer warp may hand the MMA warpgroups ahead
+TILE_STAGES = 2  # decoded tiles the producer warp may hand the MMA warpgroups ahead
+# One handed-over tile, Int32 words: go (0: no tile left), head_idx, m_block, batch_idx,
+# offset_q, offset_k, len_q, len_k.
+TILE_WORDS = 8
 
 
 def make_smem_layout(dtype, rows: int, cols: int, stages: Optional[int] = None):
@@ -314,7 +317,7 @@ class RaggedForwardSm90(MmaMainloops):
 
         fields = {
             "mbar_tile": cute.struct.MemRange[cutlass.Int64, 2 * TILE_STAGES],
-            "tile_idx": cute.struct.MemRange[cutlass.Int64, TILE_STAGES],
+            "tile_words": cute.struct.MemRange[Int32, TILE_WORDS * TILE_STAGES],
             "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
             "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
             "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
@@ -380,7 +383,7 @@ class RaggedForwardSm90(MmaMainloops):
         one_warp = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
         # PipelineTmaAsync.consumer_release arrives once per consumer warp.
         mma_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads // 32)
-        # Tile indices, producer warp -> MMA warpgroups (dynamic schedule only).
+        # Decoded tiles, producer warp -> MMA warpgroups (dynamic schedule only).
         pipe_tile = pipeline.PipelineAsync.create(
             barrier_storage=storage.mbar_tile.data_ptr(),
             num_stages=TILE_STAGES,
@@ -388,7 +391,7 @@ class RaggedForwardSm90(MmaMainloops):
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads),
             defer_sync=True,
         )
-        sTileIdx = storage.tile_idx.get_tensor(cute.make_layout(TILE_STAGES))
+        sTile = storage.tile_words.get_tensor(cute.make_layout((TILE_WORDS, TILE_STAGES)))
         pipe_q = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_q.data_ptr(),
             num_stages=1,
@@ -450,7 +453,7 @@ class RaggedForwardSm90(MmaMainloops):
             num_tiles, cute.size(tma_Q.shape[2]), cute.size(tma_K.shape[2]), tiles_max, packed,
             mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
         )  # fmt: skip
-        handoff = (pipe_tile, sTileIdx, mTileCounter)
+        handoff = (pipe_tile, sTile, mTileCounter)
         lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
         mask_numbers = (window_left, window_right, bottom_right)
         pipeline.pipeline_init_wait()
@@ -478,15 +481,21 @@ class RaggedForwardSm90(MmaMainloops):
 
     # ------------------------------------------------------------------ the persistent schedule
     @cute.jit
-    def tile_at(self, t: Int64, sched, mask_numbers):
+    def tile_at(self, t: Int64, sched, mask_numbers, warp_search: cutlass.Constexpr[bool] = False):
         """Decode linear tile index t (tile_scheduler.py) into (head_idx, m_block, batch_idx,
-        has_rows, seqlen, block_info)."""
+        has_rows, seqlen, block_info); warp_search: a whole warp decodes t together."""
         _, num_heads, num_heads_kv, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k = sched
-        window_left, window_right, bottom_right = mask_numbers
         head_idx, m_block, batch_idx, has_rows, seqlen = decode_tile(
             t, num_heads, num_heads_kv, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
-            self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8),
+            self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8), warp_search,
         )  # fmt: skip
+        block_info = self.block_info_of(m_block, seqlen, mask_numbers)
+        return head_idx, m_block, batch_idx, has_rows, seqlen, block_info
+
+    @cute.jit
+    def block_info_of(self, m_block: Int32, seqlen: SeqlenInfo, mask_numbers) -> BlockInfo:
+        """The key-block arithmetic of tile m_block of a sequence (block_info.py)."""
+        window_left, window_right, bottom_right = mask_numbers
         off = Int32(0)
         if const_expr(self.has_right):
             if bottom_right != 0:
@@ -499,11 +508,10 @@ class RaggedForwardSm90(MmaMainloops):
             right = Int32(UNBOUNDED)
             if window_right >= 0:
                 right = window_right
-        block_info = BlockInfo(
+        return BlockInfo(
             self.tile_m, self.tile_n, self.has_left, self.has_right, m_block, seqlen.len_q, seqlen.len_k,
             off, left, right,
         )  # fmt: skip
-        return head_idx, m_block, batch_idx, has_rows, seqlen, block_info
 
     # ------------------------------------------------------------------ producer warp
     @cute.jit
@@ -526,14 +534,14 @@ class RaggedForwardSm90(MmaMainloops):
         handoff,
         lse_args,
     ):
-        """Producer warp: for each of this CTA's tiles, hand its index to the MMA warpgroups, then
-        load K of its last key block, Q (once the MMA warpgroups released the previous tile's Q),
-        V and the other blocks, last first. The K/V stages run on across tiles, so the next tile's
-        first blocks load while the MMA warpgroups finish the current one. A tile without query
-        rows (per-sequence slots past len_q) only gets its padded LSE rows' -inf, written here.
-        Then the next index (`next_tile`); past the last, the index num_tiles tells the MMA
-        warpgroups to stop."""
-        pipe_tile, sTileIdx, mTileCounter = handoff
+        """Producer warp: for each of this CTA's tiles, decode it (the whole warp searches
+        cu_seqlens_q) and hand the decoded tile to the MMA warpgroups, then load K of its last key
+        block, Q (once the MMA warpgroups released the previous tile's Q), V and the other blocks,
+        last first. The K/V stages run on across tiles, so the next tile's first blocks load while
+        the MMA warpgroups finish the current one. A tile without query rows (per-sequence slots
+        past len_q) only gets its padded LSE rows' -inf, written here. Then the next index
+        (`next_tile`); past the last, a tile with go = 0 tells the MMA warpgroups to stop."""
+        pipe_tile, sTile, mTileCounter = handoff
         ratio = cute.size(tma_Q.shape[2]) // cute.size(tma_K.shape[2])
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
@@ -542,9 +550,9 @@ class RaggedForwardSm90(MmaMainloops):
         lane = cute.arch.lane_idx()
         t = Int64(cute.arch.block_idx()[0])
         while t < num_tiles:
-            head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
+            head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers, True)
             if has_rows != 0:
-                tile_state = self.hand_over(pipe_tile, sTileIdx, tile_state, t)
+                tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(1), head_idx, m_block, batch_idx, seqlen)
                 q_state, kv_state = self.load_tile(
                     tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
                     pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx, head_idx // ratio,
@@ -553,7 +561,8 @@ class RaggedForwardSm90(MmaMainloops):
             else:
                 self.fill_padded_lse(lse_args, seqlen, batch_idx, head_idx, m_block, lane, 32)
             t = self.next_tile(t, num_tiles, mTileCounter)
-        tile_state = self.hand_over(pipe_tile, sTileIdx, tile_state, num_tiles)
+        none = SeqlenInfo(Int32(0), Int32(0), Int32(0), Int32(0))
+        tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(0), Int32(0), Int32(0), Int32(0), none)
 
     @cute.jit
     def next_tile(self, t: Int64, num_tiles: Int64, mTileCounter: cute.Tensor) -> Int64:
@@ -575,23 +584,33 @@ class RaggedForwardSm90(MmaMainloops):
         return nt
 
     @cute.jit
-    def hand_over(self, pipe_tile, sTileIdx: cute.Tensor, tile_state, value: Int64):
-        """Producer warp -> MMA warpgroups: one tile index through the tile pipeline's slots."""
+    def hand_over(
+        self, pipe_tile, sTile: cute.Tensor, tile_state, go: Int32, head_idx: Int32, m_block: Int32,
+        batch_idx: Int32, seqlen: SeqlenInfo,
+    ):  # fmt: skip
+        """Producer warp -> MMA warpgroups: one decoded tile (TILE_WORDS) through the tile
+        pipeline's slots, so the MMA warpgroups never read cu_seqlens (a search's dependent global
+        loads between two of their tiles)."""
         pipe_tile.producer_acquire(tile_state)
         if cute.arch.lane_idx() == 0:
-            sTileIdx[tile_state.index] = value
+            i = tile_state.index
+            words = (go, head_idx, m_block, batch_idx, seqlen.offset_q, seqlen.offset_k, seqlen.len_q, seqlen.len_k)
+            for w in cutlass.range_constexpr(TILE_WORDS):
+                sTile[w, i] = words[w]
         pipe_tile.producer_commit(tile_state)
         tile_state.advance()
         return tile_state
 
     @cute.jit
-    def take_over(self, pipe_tile, sTileIdx: cute.Tensor, tile_state):
-        """MMA threads: the next tile index the producer warp handed over."""
+    def take_over(self, pipe_tile, sTile: cute.Tensor, tile_state):
+        """MMA threads: the next decoded tile, (go, head_idx, m_block, batch_idx, seqlen, tile_state)."""
         pipe_tile.consumer_wait(tile_state)
-        t = sTileIdx[tile_state.index]
+        i = tile_state.index
+        go, head_idx, m_block, batch_idx = sTile[0, i], sTile[1, i], sTile[2, i], sTile[3, i]
+        seqlen = SeqlenInfo(sTile[4, i], sTile[5, i], sTile[6, i], sTile[7, i])
         pipe_tile.consumer_release(tile_state)
         tile_state.advance()
-        return t, tile_state
+        return go, head_idx, m_block, batch_idx, seqlen, tile_state
 
     @cute.jit
     def fill_padded_lse(self, lse_args, seqlen, batch_idx, head_idx, m_block, first: Int32, step: cutlass.Constexpr[int]):
@@ -764,9 +783,9 @@ class RaggedForwardSm90(MmaMainloops):
         lse_s_h: Int64,
         lse_scale: Float32,
     ):
-        """MMA warpgroups: for each of this CTA's tiles, wait for Q, run the key blocks, release Q
-        (after the mainloop, or after the epilogue has read O back when O's buffer is Q's), then the
-        epilogue. A tile past len_q (per-sequence slots) only writes its padded LSE rows' -inf."""
+        """MMA warpgroups: for each of this CTA's tiles (dynamic: decoded tiles the producer warp
+        hands over, until one with go = 0; static: the stride walk, each decoded here) `mma_tile`.
+        A tile past len_q (static per-sequence slots) only writes its padded LSE rows' -inf."""
         tidx = cute.arch.thread_idx()[0] - 128
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
         thr_mma_qk = tiled_mma_qk.get_slice(tidx)
@@ -788,42 +807,66 @@ class RaggedForwardSm90(MmaMainloops):
         if const_expr(self.pingpong):
             if wg_idx == 0:
                 cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE, number_of_threads=256)
-        pipe_tile, sTileIdx, _ = handoff
+        pipe_tile, sTile, _ = handoff
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
-        num_tiles = sched[0]
-        t = Int64(cute.arch.block_idx()[0])
+        frags = (tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS)
+        out_args = (gmem_tiled_copy_O, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale)
         if const_expr(self.dynamic):
-            t, tile_state = self.take_over(pipe_tile, sTileIdx, tile_state)
-        while t < num_tiles:
-            head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
-            if has_rows != 0:
-                softmax = OnlineSoftmax(scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]))
-                softmax.reset()
-                acc_O.fill(0.0)
-                pipe_q.consumer_wait(q_state)
-                mask_args = (
-                    tScS, m_block, self.tile_m, self.tile_n, self.has_left, self.has_right,
-                    seqlen.len_k, block_info.off, block_info.left, block_info.right,
+            go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
+            while go != 0:
+                block_info = self.block_info_of(m_block, seqlen, mask_numbers)
+                q_state, kv_state = self.mma_tile(
+                    tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx,
+                    head_idx, m_block, batch_idx, seqlen, block_info, q_state, kv_state,
                 )  # fmt: skip
-                kv_state = self.tile_mainloop(
-                    tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-                    pipe_k, pipe_v, block_info, seqlen.len_q, m_block, wg_idx, mask_args, kv_state,
-                )  # fmt: skip
-                if const_expr(not self.o_aliases_q):
-                    pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done
-                row_scale = softmax.finalize()
-                rescale_rows(acc_O, row_scale)
-                store_tile(
-                    acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
-                    m_block, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
-                    self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
-                    self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE,
-                )  # fmt: skip
-                q_state.advance()
-            else:  # static schedule only: the dynamic one hands over tiles with rows alone
-                lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
-                self.fill_padded_lse(lse_args, seqlen, batch_idx, head_idx, m_block, tidx, self.num_mma_threads)
-            if const_expr(self.dynamic):
-                t, tile_state = self.take_over(pipe_tile, sTileIdx, tile_state)
-            else:
+                go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
+        else:
+            num_tiles = sched[0]
+            t = Int64(cute.arch.block_idx()[0])
+            while t < num_tiles:
+                head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
+                if has_rows != 0:
+                    q_state, kv_state = self.mma_tile(
+                        tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx,
+                        wg_idx, head_idx, m_block, batch_idx, seqlen, block_info, q_state, kv_state,
+                    )  # fmt: skip
+                else:
+                    lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
+                    self.fill_padded_lse(lse_args, seqlen, batch_idx, head_idx, m_block, tidx, self.num_mma_threads)
                 t += Int64(cute.arch.grid_dim()[0])
+
+    @cute.jit
+    def mma_tile(
+        self, tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2: Float32,
+        tidx: Int32, wg_idx: Int32, head_idx: Int32, m_block: Int32, batch_idx: Int32, seqlen: SeqlenInfo,
+        block_info: BlockInfo, q_state, kv_state,
+    ):  # fmt: skip
+        """One tile with query rows on the MMA warpgroups: wait for Q, run the key blocks, release
+        Q (after the mainloop, or after the epilogue has read O back when O's buffer is Q's), then
+        the epilogue. Returns (q_state, kv_state)."""
+        tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS = frags
+        gmem_tiled_copy_O, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale = out_args
+        softmax = OnlineSoftmax(scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]))
+        softmax.reset()
+        acc_O.fill(0.0)
+        pipe_q.consumer_wait(q_state)
+        mask_args = (
+            tScS, m_block, self.tile_m, self.tile_n, self.has_left, self.has_right,
+            seqlen.len_k, block_info.off, block_info.left, block_info.right,
+        )  # fmt: skip
+        kv_state = self.tile_mainloop(
+            tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+            pipe_k, pipe_v, block_info, seqlen.len_q, m_block, wg_idx, mask_args, kv_state,
+        )  # fmt: skip
+        if const_expr(not self.o_aliases_q):
+            pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done
+        row_scale = softmax.finalize()
+        rescale_rows(acc_O, row_scale)
+        store_tile(
+            acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
+            m_block, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
+            self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
+            self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE,
+        )  # fmt: skip
+        q_state.advance()
+        return q_state, kv_state

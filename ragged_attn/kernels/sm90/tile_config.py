@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SMEM_CAPACITY = 232448  # bytes of dynamic smem per CTA on sm_90 (227 KiB)
-# mbarriers of the Q (1 stage), K/V (2 stages) and tile-index (2 stages) pipelines, and the two
-# tile-index slots (int64).
-_BARRIER_BYTES = 8 * (2 + 4 + 4 + 4) + 8 * 2
+# mbarriers of the Q (1 stage), K/V (2 stages) and tile (2 stages) pipelines, and the two slots of
+# decoded tiles (8 int32 words each: forward.TILE_WORDS).
+_BARRIER_BYTES = 8 * (2 + 4 + 4 + 4) + 4 * 8 * 2
 _ALIGN = 1024  # every smem operand buffer starts on a 1024-byte boundary (128-byte swizzle)
 
 
