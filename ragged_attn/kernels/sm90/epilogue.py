@@ -1,7 +1,10 @@
 """Epilogue of the sm_90a forward kernel: O and LSE stores for one (m_block, head, sequence) tile.
 
-O goes registers -> smem (its own buffer, stmatrix) -> registers -> 128-bit global stores with a
-row predicate (rows >= len_q are never stored). LSE uses one addressing formula with run-time
+O goes registers -> smem (its own buffer, stmatrix), then either one TMA store per warpgroup of
+64 rows that all lie below len_q (`o_tma`: the async proxy reads sO; the next epilogue's first
+barrier waits for that read), or smem -> registers -> 128-bit global stores with a row predicate
+(rows >= len_q are never stored; a TMA store of a partial block would write the next sequence's
+rows). LSE uses one addressing formula with run-time
 element strides: lse[b * s_b + cu_seqlens_q[b] * s_tok + row * s_row + h * s_h]; rows in
 [len_q, lse_s_max) get -inf (lse_s_max = 0 unless the layout is padded).
 """
@@ -13,6 +16,7 @@ from typing import Optional
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
+from cutlass.cute.nvgpu import cpasync
 
 from .seqlen_info import SeqlenInfo
 from .softmax import acc_rows_view
@@ -56,6 +60,7 @@ def store_tile(
     wg_local: cutlass.Constexpr[bool],
     wg_idx: Int32,
     wg_barrier_base: cutlass.Constexpr[int],
+    o_tma=(None, None),  # (tma_atom_O, tma_O): TMA stores of full 64-row blocks (wg_local only)
 ):
     """O (normalised, fp32 registers) -> out dtype -> smem (stmatrix) -> 128-bit global stores of
     rows < len_q and columns < mO's run-time head dim (an envelope class never writes the columns
@@ -63,9 +68,17 @@ def store_tile(
     A named barrier over the MMA threads comes first: the previous tile's O reads (a persistent
     CTA reuses sO) and, when sO is Q's buffer (o_aliases_q), every MMA warpgroup's GEMMs reading
     sQ are done before sO is written; then each warp releases Q (pipe_q, q_state) once it has read
-    its O rows back, so the producer may load the next tile's Q into that buffer."""
+    its O rows back, so the producer may load the next tile's Q into that buffer.
+    o_tma (wg_local, O in its own buffer): a warpgroup whose 64 rows all lie below len_q stores them
+    with one TMA store issued by its first warp, which waits for that store's smem read before the
+    first barrier of its next epilogue (and the kernel's exit)."""
+    tma_atom_O, tma_O = o_tma
+    use_tma = const_expr(tma_atom_O is not None)
     rO = cute.make_rmem_tensor_like(acc_O, out_dtype)
     rO.store(acc_O.load().to(out_dtype))
+    if const_expr(use_tma):
+        if tidx % 128 < 32:  # the storing warp: its previous TMA store has read this sO block
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
     epilogue_barrier(wg_local, wg_idx, wg_barrier_base, barrier_id, num_mma_threads)
     smem_copy = cute.make_tiled_copy_C(
         cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), out_dtype),
@@ -87,16 +100,67 @@ def store_tile(
                 elif row < lse_s_max:
                     mLSE[idx] = -Float32.inf
 
+    if const_expr(use_tma):
+        cute.arch.fence_view_async_shared()  # the stmatrix writes, before the async proxy reads them
     epilogue_barrier(wg_local, wg_idx, wg_barrier_base, barrier_id, num_mma_threads)
     # The rows this thread's copy covers: the warpgroup's own 64 (wg_local) or the whole tile.
     rows = 64 if const_expr(wg_local) else tile_m
     part = wg_idx if const_expr(wg_local) else 0
-    copy_tidx = tidx % 128 if const_expr(wg_local) else tidx
+    if const_expr(use_tma):
+        if rows_left - part * rows >= rows:  # the whole block lies below len_q
+            if tidx % 128 < 32:
+                gO_tma = cute.local_tile(
+                    cute.domain_offset((seqlen.offset_q, 0), tma_O[None, None, head_idx]),
+                    (rows, d_v),
+                    (m_block * (tile_m // rows) + part, 0),
+                )
+                tOsO_tma, tOgO_tma = cpasync.tma_partition(
+                    tma_atom_O, 0, cute.make_layout(1),
+                    cute.group_modes(cute.local_tile(sO, (rows, d_v), (part, 0)), 0, 2),
+                    cute.group_modes(gO_tma, 0, 2),
+                )  # fmt: skip
+                cute.copy(tma_atom_O, tOsO_tma, tOgO_tma)
+                cute.arch.cp_async_bulk_commit_group()
+        else:
+            store_rows(gmem_tiled_copy_O, sO, mO, seqlen, tidx, m_block, head_idx, rows_left, part, rows, tile_m, d_v, out_dtype)
+    else:
+        if const_expr(o_aliases_q):
+            # Every warp releases Q once it has read its O rows back (the producer may then load
+            # the next tile's Q into the buffer).
+            store_rows(
+                gmem_tiled_copy_O, sO, mO, seqlen, tidx, m_block, head_idx, rows_left, part, rows, tile_m, d_v,
+                out_dtype, pipe_q, q_state,
+            )  # fmt: skip
+        else:
+            store_rows(gmem_tiled_copy_O, sO, mO, seqlen, tidx, m_block, head_idx, rows_left, part, rows, tile_m, d_v, out_dtype)
+
+
+@cute.jit
+def store_rows(
+    gmem_tiled_copy_O: cute.TiledCopy,
+    sO: cute.Tensor,
+    mO: cute.Tensor,
+    seqlen: SeqlenInfo,
+    tidx: Int32,
+    m_block: Int32,
+    head_idx: Int32,
+    rows_left: Int32,
+    part: Int32,
+    rows: cutlass.Constexpr[int],
+    tile_m: cutlass.Constexpr[int],
+    d_v: cutlass.Constexpr[int],
+    out_dtype: cutlass.Constexpr,
+    pipe_q=None,
+    q_state=None,
+):
+    """sO block `part` (`rows` rows) -> registers -> 128-bit global stores of its rows < len_q and
+    columns < mO's run-time head dim; with pipe_q, each warp releases Q once it has read its rows."""
+    copy_tidx = tidx % 128 if const_expr(rows == 64) else tidx
     gmem_copy = gmem_tiled_copy_O.get_slice(copy_tidx)
     tOsO = gmem_copy.partition_S(cute.local_tile(sO, (rows, d_v), (part, 0)))
     tOrO = cute.make_fragment_like(tOsO, out_dtype)
     cute.autovec_copy(tOsO, tOrO)
-    if const_expr(o_aliases_q):
+    if const_expr(pipe_q is not None):
         pipe_q.consumer_release(q_state)
     gO = cute.local_tile(
         cute.domain_offset((seqlen.offset_q, 0), mO[None, head_idx, None]),

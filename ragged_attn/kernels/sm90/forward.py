@@ -144,6 +144,7 @@ class RaggedForwardSm90(MmaMainloops):
         self.o_aliases_q = alias
         self.turn_first_gemm = config.turn_first_gemm and config.pingpong
         self.wg_epilogue = config.wg_epilogue and not alias  # O in Q's buffer: every warpgroup's GEMMs first
+        self.tma_o_store = config.tma_o_store and self.wg_epilogue
         # Warpgroups skip the key blocks their own rows do not see: with the overlapped mainloop,
         # when its ping-pong turns are one per block (turn_first_gemm) or there are none.
         self.wg_skip = config.wg_skip and self.overlap and (self.turn_first_gemm or not self.pingpong)
@@ -250,6 +251,15 @@ class RaggedForwardSm90(MmaMainloops):
             cute.make_layout((1, elems)),
         )
 
+        tma_atom_O, tma_O = None, None
+        if const_expr(self.tma_o_store):
+            # One warpgroup's 64 rows of sO (a slice of the tile's layout, same swizzle) per store.
+            mOt = cute.make_tensor(mO.iterator, cute.select(mO.layout, mode=[0, 2, 1]))
+            sO_wg_layout = cute.composition(sO_layout, cute.make_layout((64, self.d_v), stride=(1, self.tile_m)))
+            tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileS2GOp(), mOt, sO_wg_layout, (64, self.d_v)
+            )
+
         SharedStorage = self.storage_struct(sQ_layout, sK_layout, sV_layout, sO_layout)
         assert SharedStorage.size_in_bytes() == self.smem_planned, "tile_config.smem_bytes is out of date"
 
@@ -279,6 +289,8 @@ class RaggedForwardSm90(MmaMainloops):
             tma_atom_Q,
             tma_atom_K,
             tma_atom_V,
+            tma_atom_O,
+            tma_O,
             packed,
             tiles_max,
             num_tiles,
@@ -347,6 +359,8 @@ class RaggedForwardSm90(MmaMainloops):
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,  # paged: the cp.async gather copy (also tma_atom_V)
         tma_atom_V: cute.CopyAtom,
+        tma_atom_O: Optional[cute.CopyAtom],  # tma_o_store: one warpgroup's 64 O rows per store
+        tma_O: Optional[cute.Tensor],  # tma_o_store: TMA coordinates over (total_q, d_v, H_q)
         packed: Int32,  # 1: tile slots packed by sequence, 0: tiles_max per sequence (tile_scheduler.py)
         tiles_max: Int32,
         num_tiles: Int64,  # linear tile indices in all
@@ -377,6 +391,9 @@ class RaggedForwardSm90(MmaMainloops):
             if const_expr(not self.paged):
                 cpasync.prefetch_descriptor(tma_atom_K)
                 cpasync.prefetch_descriptor(tma_atom_V)
+        if const_expr(self.tma_o_store):
+            if warp_idx % 4 == 0 and warp_idx >= 4:  # the warp of each MMA warpgroup that stores O
+                cpasync.prefetch_descriptor(tma_atom_O)
 
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(SharedStorage)
@@ -474,7 +491,7 @@ class RaggedForwardSm90(MmaMainloops):
         else:
             cute.arch.setmaxregister_increase(self.mma_regs)
             self.mma(
-                tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, sQ, sK, sVt, sO, mO, mLSE,
+                tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, (tma_atom_O, tma_O), sQ, sK, sVt, sO, mO, mLSE,
                 pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff,
                 scale_log2, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
             )  # fmt: skip
@@ -763,6 +780,7 @@ class RaggedForwardSm90(MmaMainloops):
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
         gmem_tiled_copy_O: cute.TiledCopy,
+        o_tma,  # (tma_atom_O, tma_O), both None without tma_o_store
         sQ: cute.Tensor,
         sK: cute.Tensor,
         sVt: cute.Tensor,
@@ -810,7 +828,7 @@ class RaggedForwardSm90(MmaMainloops):
         pipe_tile, sTile, _ = handoff
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
         frags = (tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS)
-        out_args = (gmem_tiled_copy_O, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale)
+        out_args = (gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale)
         if const_expr(self.dynamic):
             go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
             while go != 0:
@@ -834,6 +852,9 @@ class RaggedForwardSm90(MmaMainloops):
                     lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
                     self.fill_padded_lse(lse_args, seqlen, batch_idx, head_idx, m_block, tidx, self.num_mma_threads)
                 t += Int64(cute.arch.grid_dim()[0])
+        if const_expr(self.tma_o_store):
+            if tidx % 128 < 32:  # this warpgroup's last O store has read sO before the CTA exits
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
     def mma_tile(
@@ -845,7 +866,7 @@ class RaggedForwardSm90(MmaMainloops):
         Q (after the mainloop, or after the epilogue has read O back when O's buffer is Q's), then
         the epilogue. Returns (q_state, kv_state)."""
         tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS = frags
-        gmem_tiled_copy_O, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale = out_args
+        gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale = out_args
         softmax = OnlineSoftmax(scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]))
         softmax.reset()
         acc_O.fill(0.0)
@@ -866,7 +887,7 @@ class RaggedForwardSm90(MmaMainloops):
             acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
             m_block, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
             self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
-            self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE,
+            self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE, o_tma,
         )  # fmt: skip
         q_state.advance()
         return q_state, kv_state

@@ -44,6 +44,9 @@ class TileConfig:
     # Each MMA warpgroup skips the tile's key blocks none of its own rows sees (causal diagonal
     # tiles, rows past len_q), releasing their stages and passing its turns.
     wg_skip: bool = True
+    # With wg_epilogue: a warpgroup whose 64 rows are all < len_q stores them with one TMA store
+    # from sO (partial row blocks keep the predicated 128-bit stores).
+    tma_o_store: bool = True
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
