@@ -5,16 +5,19 @@ Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the pers
   (m_block, query head, sequence) tiles from a tile counter until none is left
   (tile_scheduler.py: the linear order, longest-first, L2 head groups; `next_tile` here: the
   counter, which every launch leaves at 0). Ragged K/V: warp 0 of the producer warpgroup takes
-  each ticket and hands the tile index to the MMA warpgroups through a 2-slot smem pipeline; the
-  paged class walks the static stride t += gridDim.x in every warp instead.
+  each ticket, decodes the tile (the whole warp searches cu_seqlens_q) and hands the decoded tile
+  (head, m_block, sequence, offsets, lengths) to the MMA warpgroups through a 2-slot smem
+  pipeline; the paged class walks the static stride t += gridDim.x in every warp instead.
 - 3 or 4 warpgroups, 384 or 512 threads (2 or 3 MMA warpgroups: tile_m 128 or 192). Warpgroup 0 is the producer: its warp 0 issues TMA loads of Q
-  (1-stage pipeline) and of K and V (two `PipelineTmaAsync`s, `num_stages` deep), walking the key
-  blocks from the last one down. The K/V stages run on across tiles: the next tile's first K/V
-  blocks (and its Q, once the MMA warpgroups release Q after their last GEMM) load while the
-  current tile's last block and epilogue run. Each MMA warpgroup owns 64 of the tile_m query
+  (`q_stages` buffers: 2 where O has its own buffer) and of K and V (two `PipelineTmaAsync`s,
+  `num_stages` deep), walking the key blocks from the last one down. The K/V stages run on across
+  tiles: the next tile's first K/V blocks and its Q (in the other Q buffer, or once every MMA
+  warpgroup released Q after its last S GEMM: `early_q_release`) load while the current tile's
+  last block and epilogue run. Each MMA warpgroup owns 64 of the tile_m query
   rows: S = Q K^T (SS WGMMA), mask on boundary blocks, online softmax, O += P V (RS WGMMA, P
   stays in registers), then its own epilogue (its O rows through smem behind its own named
-  barrier, 128-bit row- and column-predicated stores; LSE per row). The warpgroups take turns
+  barrier, then one TMA store when all 64 rows lie below len_q, else 128-bit row- and
+  column-predicated stores; LSE per row). The warpgroups take turns
   issuing GEMMs (ping-pong, a ring of named barriers, one turn per key block); a warpgroup skips
   the tile's key blocks none of its own rows sees (causal diagonals, window edges, rows past len_q): it
   releases their K/V stages and passes their turns (mainloop.py, `mainloop_idle`). Tiles per class:
@@ -148,6 +151,12 @@ class RaggedForwardSm90(MmaMainloops):
         # Warpgroups skip the key blocks their own rows do not see: with the overlapped mainloop,
         # when its ping-pong turns are one per block (turn_first_gemm) or there are none.
         self.wg_skip = config.wg_skip and self.overlap and (self.turn_first_gemm or not self.pingpong)
+        # Q released after each warpgroup's last S GEMM (the overlapped, skipping mainloop), not
+        # after the tile's mainloop; O in Q's buffer keeps Q until the epilogue has read O back.
+        self.early_q_release = config.early_q_release and self.wg_skip and not alias
+        self.q_stages = config.q_stages
+        if alias and self.q_stages != 1:
+            raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
         if self.wg_skip and self.pingpong and self.num_stages < 2:
             # An idle warpgroup waits for block i's V before passing turn i; with one stage that V
             # waits for its successor's release of block i - 1, which waits for that turn (found by
@@ -193,7 +202,7 @@ class RaggedForwardSm90(MmaMainloops):
         # Sequence first, head last, as TMA wants: (total, d, h).
         mQt = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[0, 2, 1]))
 
-        sQ_layout = make_smem_layout(self.dtype, self.tile_m, self.d_qk)
+        sQ_layout = make_smem_layout(self.dtype, self.tile_m, self.d_qk, self.q_stages)
         sK_layout = make_smem_layout(self.dtype, self.tile_n, self.d_qk, self.num_stages)
         sV_layout = make_smem_layout(self.dtype, self.tile_n, self.d_v, self.num_stages)
         sO_layout = make_smem_layout(self.out_dtype, self.tile_m, self.d_v)
@@ -219,7 +228,9 @@ class RaggedForwardSm90(MmaMainloops):
         )
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()
-        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load_op, mQt, sQ_layout, (self.tile_m, self.d_qk))
+        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(
+            load_op, mQt, cute.select(sQ_layout, mode=[0, 1]), (self.tile_m, self.d_qk)
+        )
         if const_expr(self.paged):
             # The pools themselves go to the kernel; one cp.async tiled copy serves K and V.
             tma_K, tma_V = mK, mV
@@ -234,7 +245,7 @@ class RaggedForwardSm90(MmaMainloops):
             tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(
                 load_op, mVt, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.d_v)
             )
-        self.bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
+        self.bytes_q = cute.size_in_bytes(self.dtype, cute.select(sQ_layout, mode=[0, 1]))
         self.bytes_k = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
         self.bytes_v = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
 
@@ -330,7 +341,7 @@ class RaggedForwardSm90(MmaMainloops):
         fields = {
             "mbar_tile": cute.struct.MemRange[cutlass.Int64, 2 * TILE_STAGES],
             "tile_words": cute.struct.MemRange[Int32, TILE_WORDS * TILE_STAGES],
-            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
+            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2 * self.q_stages],
             "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
             "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
             "sQ": buf(self.dtype, sQ_layout),
@@ -411,7 +422,7 @@ class RaggedForwardSm90(MmaMainloops):
         sTile = storage.tile_words.get_tensor(cute.make_layout((TILE_WORDS, TILE_STAGES)))
         pipe_q = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_q.data_ptr(),
-            num_stages=1,
+            num_stages=self.q_stages,
             producer_group=one_warp,
             consumer_group=mma_warps,
             tx_count=self.bytes_q,
@@ -561,7 +572,7 @@ class RaggedForwardSm90(MmaMainloops):
         pipe_tile, sTile, mTileCounter = handoff
         ratio = cute.size(tma_Q.shape[2]) // cute.size(tma_K.shape[2])
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_STAGES)
         num_tiles = sched[0]
         lane = cute.arch.lane_idx()
@@ -679,7 +690,7 @@ class RaggedForwardSm90(MmaMainloops):
         # (or alone when the tile sees no key).
         if n_blocks <= 0:
             pipe_q.producer_acquire(q_state)
-            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+            cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
             pipe_k.producer_acquire(kv_state)
@@ -691,7 +702,7 @@ class RaggedForwardSm90(MmaMainloops):
             )
             if i == 0:
                 pipe_q.producer_acquire(q_state)
-                cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+                cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
             pipe_v.producer_acquire(kv_state)
             cute.copy(
                 tma_atom_V,
@@ -728,7 +739,7 @@ class RaggedForwardSm90(MmaMainloops):
         ratio = cute.size(tma_Q.shape[2]) // cute.size(mK.shape[2])
         tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
         num_tiles = sched[0]
         t = Int64(cute.arch.block_idx()[0])
         stride = Int64(cute.arch.grid_dim()[0])
@@ -752,7 +763,7 @@ class RaggedForwardSm90(MmaMainloops):
                 if n_blocks <= 0:
                     if warp_idx == 0:
                         pipe_q.producer_acquire(q_state)
-                        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+                        cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
                 for i in cutlass.range(n_blocks, unroll=1):
                     n_block = n_block_max - 1 - i
                     kv.resolve_rows(n_block)
@@ -763,7 +774,7 @@ class RaggedForwardSm90(MmaMainloops):
                     if i == 0:
                         if warp_idx == 0:
                             pipe_q.producer_acquire(q_state)
-                            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+                            cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
                     pipe_v.producer_acquire(kv_state)
                     kv.load(n_block, sV[None, None, kv_state.index], False)
                     cute.arch.cp_async_commit_group()
@@ -817,7 +828,7 @@ class RaggedForwardSm90(MmaMainloops):
         acc_S_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
         tScS = thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
 
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.q_stages)
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         # Ping-pong: the two warpgroups take turns issuing GEMMs (named barrier per warpgroup), so
         # one warpgroup's softmax overlaps the other's tensor-core work. Warpgroup 0's turn token,
@@ -865,7 +876,8 @@ class RaggedForwardSm90(MmaMainloops):
         """One tile with query rows on the MMA warpgroups: wait for Q, run the key blocks, release
         Q (after the mainloop, or after the epilogue has read O back when O's buffer is Q's), then
         the epilogue. Returns (q_state, kv_state)."""
-        tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS = frags
+        tSrQ_stages, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS = frags
+        tSrQ = tSrQ_stages[None, None, None, q_state.index]
         gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale = out_args
         softmax = OnlineSoftmax(scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]))
         softmax.reset()
@@ -875,11 +887,12 @@ class RaggedForwardSm90(MmaMainloops):
             tScS, m_block, self.tile_m, self.tile_n, self.has_left, self.has_right,
             seqlen.len_k, block_info.off, block_info.left, block_info.right,
         )  # fmt: skip
+        q_release = (pipe_q, q_state) if const_expr(self.early_q_release) else None
         kv_state = self.tile_mainloop(
             tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-            pipe_k, pipe_v, block_info, seqlen.len_q, m_block, wg_idx, mask_args, kv_state,
+            pipe_k, pipe_v, block_info, seqlen.len_q, m_block, wg_idx, mask_args, kv_state, q_release,
         )  # fmt: skip
-        if const_expr(not self.o_aliases_q):
+        if const_expr(not self.o_aliases_q and not self.early_q_release):
             pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done
         row_scale = softmax.finalize()
         rescale_rows(acc_O, row_scale)

@@ -38,10 +38,15 @@ class MmaMainloops:
     def tile_mainloop(
         self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
         pipe_k, pipe_v, block_info, len_q: Int32, m_block: Int32, wg_idx: Int32, mask_args, kv_state,
+        q_release=None,
     ):
         """One MMA warpgroup's key blocks of a tile: the mainloop over the blocks its own 64 rows
         see and, for the others, `mainloop_idle`, so that every warpgroup releases every K/V stage
-        and takes as many ping-pong turns as its siblings. Returns the K/V state of the next tile."""
+        and takes as many ping-pong turns as its siblings. Returns the K/V state of the next tile.
+        q_release = (pipe_q, q_state) (overlapped mainloop with wg_skip only): the warpgroup
+        releases Q as soon as its last S GEMM is done, or at once when it computes no block, so
+        the producer loads the next tile's Q under this tile's last softmax, P V and epilogue;
+        None: the caller releases Q after the mainloop."""
         n_block_min, n_block_max = block_info.n_block_range()
         # A warpgroup whose 64 rows all lie past len_q (a sequence's partial last tile) only
         # keeps step: it releases each K/V stage and passes its turns, issuing no GEMM.
@@ -58,17 +63,23 @@ class MmaMainloops:
                 if wg_has_rows:
                     wg_max = cutlass.max(block_info.n_block_max_rows(wg_row_first, 64), n_block_min)
                     wg_min = cutlass.min(cutlass.max(block_info.n_block_min_rows(wg_row_first), n_block_min), wg_max)
+                if const_expr(q_release is not None):
+                    if wg_max <= wg_min:  # no S GEMM of this warpgroup reads Q
+                        q_release[0].consumer_release(q_release[1])
                 skip = n_block_max - wg_max
                 if skip > 0:
                     kv_state = self.mainloop_idle(pipe_k, pipe_v, skip, skip, wg_idx, kv_state)
                 if wg_max > wg_min:
                     kv_state = self.mainloop_overlap(
                         tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-                        pipe_k, pipe_v, block_info, wg_min, wg_max, wg_idx, mask_args, kv_state,
+                        pipe_k, pipe_v, block_info, wg_min, wg_max, wg_idx, mask_args, kv_state, q_release,
                     )  # fmt: skip
                 rest = wg_min - n_block_min
                 if rest > 0:
                     kv_state = self.mainloop_idle(pipe_k, pipe_v, rest, rest, wg_idx, kv_state)
+            else:
+                if const_expr(q_release is not None):
+                    q_release[0].consumer_release(q_release[1])
         elif const_expr(self.overlap):
             if n_block_max > n_block_min:
                 if wg_has_rows:
@@ -157,13 +168,14 @@ class MmaMainloops:
     @cute.jit
     def mainloop_overlap(
         self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
+        pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state, q_release=None,
     ):
         """Intra-warpgroup overlap: the softmax of block n runs while O += P V of block n + 1 is
         on the tensor cores. Prologue: S and P of the first block; each step issues S of the next
         block and P V of the previous one, softmaxes the new S under the PV GEMM; epilogue: last PV.
         Needs n_block_max > n_block_min. Scheduling barriers bracket each step's GEMM issue
-        (n - 1 waits and passes per warpgroup). Returns the K/V state of the next tile's first block."""
+        (n - 1 waits and passes per warpgroup). Returns the K/V state of the next tile's first block.
+        q_release = (pipe_q, q_state): Q is released once the last S GEMM (block n_block_min) is done."""
         self.kv_wait(pipe_k, kv_state)
         acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
         if const_expr(self.turn_first_gemm):
@@ -174,6 +186,9 @@ class MmaMainloops:
         else:
             self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False)
         pipe_k.consumer_release(kv_state)
+        if const_expr(q_release is not None):
+            if n_block_max - 1 == n_block_min:
+                q_release[0].consumer_release(q_release[1])
         self.mask_softmax(acc_S, n_block_max - 1, block_info, softmax, tOrP, acc_O, mask_args, False)
         tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
         for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
@@ -189,6 +204,9 @@ class MmaMainloops:
             self.sched_pass(wg_idx)
             warpgroup.wait_group(1)  # S done, PV may still run
             pipe_k.consumer_release(kv_state)
+            if const_expr(q_release is not None):
+                if n_block == n_block_min:
+                    q_release[0].consumer_release(q_release[1])
             row_scale = self.mask_softmax(acc_S2, n_block, block_info, softmax, tOrP, acc_O, mask_args, False)
             warpgroup.wait_group(0)
             pipe_v.consumer_release(v_state)

@@ -18,12 +18,11 @@ peers by tools/bench_issue10.py (RAGGED_ATTN_VARIANTS).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 SMEM_CAPACITY = 232448  # bytes of dynamic smem per CTA on sm_90 (227 KiB)
-# mbarriers of the Q (1 stage), K/V (2 stages) and tile (2 stages) pipelines, and the two slots of
-# decoded tiles (8 int32 words each: forward.TILE_WORDS).
-_BARRIER_BYTES = 8 * (2 + 4 + 4 + 4) + 4 * 8 * 2
+_TILE_STAGES = 2  # forward.TILE_STAGES; the decoded tiles' slots: 8 int32 words each (forward.TILE_WORDS)
 _ALIGN = 1024  # every smem operand buffer starts on a 1024-byte boundary (128-byte swizzle)
 
 
@@ -47,6 +46,11 @@ class TileConfig:
     # With wg_epilogue: a warpgroup whose 64 rows are all < len_q stores them with one TMA store
     # from sO (partial row blocks keep the predicated 128-bit stores).
     tma_o_store: bool = True
+    # Each MMA warpgroup releases Q once its last S GEMM of the tile is done (needs wg_skip, O in its
+    # own buffer), so the next tile's Q loads under this tile's last softmax, P V and epilogue.
+    early_q_release: bool = True
+    # Q buffers: 2 lets the next tile's Q load during this whole tile (O in its own buffer only).
+    q_stages: int = 1
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -55,6 +59,8 @@ class TileConfig:
             raise ValueError(f"TileConfig.tile_n: expected a multiple of 16 in [16, 256], got {self.tile_n}")
         if self.num_stages < 1:
             raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
+        if self.q_stages not in (1, 2):
+            raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
 
 def _round_up(x: int, a: int) -> int:
@@ -62,9 +68,10 @@ def _round_up(x: int, a: int) -> int:
 
 
 def smem_bytes(cfg: TileConfig, d_qk: int, d_v: int, o_separate: bool, elem_bytes: int = 2) -> int:
-    """Shared memory the kernel allocates: barriers, then Q, K stages, V stages (and O) buffers."""
-    total = _BARRIER_BYTES
-    bufs = [cfg.tile_m * d_qk, cfg.num_stages * cfg.tile_n * d_qk, cfg.num_stages * cfg.tile_n * d_v]
+    """Shared memory the kernel allocates: barriers (full and empty per stage of the Q, K, V and tile
+    pipelines) and the decoded tiles' slots, then Q stages, K stages, V stages (and O) buffers."""
+    total = 8 * 2 * (cfg.q_stages + 2 * cfg.num_stages + _TILE_STAGES) + 4 * 8 * _TILE_STAGES
+    bufs = [cfg.q_stages * cfg.tile_m * d_qk, cfg.num_stages * cfg.tile_n * d_qk, cfg.num_stages * cfg.tile_n * d_v]
     if o_separate:
         bufs.append(cfg.tile_m * d_v)
     for elems in bufs:
@@ -115,6 +122,14 @@ def tile_config(layout_class) -> TileConfig:
       613 -> 609 (noise). d64 at 128 x 128 for comparison: 16 x 256 118, 64 x 128 78, 4 x 512 157. The window family uses the same tiles (FA4 shrinks tile_n for local masks
     at d > 128: unmeasured here).
     """
+    cfg = _tiles(layout_class)
+    two_q = dataclasses.replace(cfg, q_stages=2)
+    if smem_bytes(two_q, layout_class.d_qk, layout_class.d_v, o_separate=True) <= SMEM_CAPACITY:
+        return two_q
+    return cfg
+
+
+def _tiles(layout_class) -> TileConfig:
     d_qk = layout_class.d_qk
     if layout_class.kv == "ragged" and (d_qk <= 32 or (d_qk <= 64 and layout_class.mask != "window")):
         return TileConfig(192, 128, 2, pingpong=True, overlap=True)
