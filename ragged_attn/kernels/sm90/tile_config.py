@@ -121,6 +121,21 @@ def tile_config(layout_class) -> TileConfig:
       2 x 8192 545 -> 551; d32 mixed14 204 -> 210, 16 x 256 54 -> 61; d128 (128 x 128) 2 x 8192
       613 -> 609 (noise). d64 at 128 x 128 for comparison: 16 x 256 118, 64 x 128 78, 4 x 512 157. The window family uses the same tiles (FA4 shrinks tile_n for local masks
     at d > 128: unmeasured here).
+    Measured on an H200, 2026-12-02 (session 2), same method, one process (FA4 / cuDNN SDPA with
+    enable_gqa in brackets); ncu had shown the MMA warps waiting for Q at 26% of all warp samples
+    on 64 x 128 d128 (docs/benchmarks/2026-12-02-h200-issue10-session2):
+    - early_q_release (Q released after each warpgroup's last S GEMM) against release after the
+      mainloop, one Q buffer, d128: 64 x 128 121 -> 153 [76 / 156], 16 x 256 187 -> 223 [142 /
+      213], 4 x 512 245 -> 271 [216 / 244], mixed14 501 -> 523 [468]; d64: 64 x 128 71 -> 86,
+      16 x 256 105 -> 123, mixed14 374 -> 385; d96 mixed14 419 -> 434; 2 x 8192 unchanged.
+    - q_stages=2 (where O keeps its own buffer: d <= 128) on top: 64 x 128 d128 153 -> 159,
+      mixed14 d128 523 -> 525, the rest within noise (+-1%); kept.
+    - Decoded tiles handed to the MMA warpgroups (no cu_seqlens search between their tiles) and
+      the TMA store of full 64-row O blocks, before the two above: within noise on every row
+      (64 x 128 d128 125.6 -> 124.4 -> 121.7, mixed14 489 -> 498 -> 501); kept as the simpler
+      hand-off and fewer MMA instructions per tile.
+    - 128-row tiles for d64 (against 192, before early_q_release): 16 x 256 106 -> 118, 64 x 128
+      71 -> 78, 4 x 512 145 -> 155, but mixed14 372 -> 320 and 2 x 8192 543 -> 432: 192 kept.
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
