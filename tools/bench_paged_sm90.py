@@ -2,7 +2,7 @@
 
 Workload (issue 5, item 6): 14 long-tail sequences (64..2048 tokens, ragged_attn.bench.workloads
 .longtail_lengths), q and k lengths alike, 32/8 heads, d 128, bf16, causal, LSE on. Paged pools are
-NHD with pages shuffled; page sizes 16 and 64. Useful TFLOP/s = 4 * H_q * d * allowed pairs / time.
+NHD with pages shuffled; page sizes 16, 64 and 128 (issue 10 item 7). Useful TFLOP/s = 4 * H_q * d * allowed pairs / time.
 Times: do_bench median and GPU-only median (ragged_attn.bench.timing.gpu_ms). Ours is launched
 through `launch_forward` (no API checks); kernels from RAGGED_ATTN_SM90_PREBUILT or compiled here.
 Usage: python tools/bench_paged_sm90.py
@@ -91,7 +91,7 @@ def main():
     ref = out.clone()
     paged = kernel("paged")
     fa4_inputs = {}
-    for ps in (16, 64):
+    for ps in (16, 64, 128):
         kp, vp, table = pools(ps)
         fa4_inputs[ps] = (kp, vp, table)
         record(f"ours paged page {ps}", lambda kp=kp, vp=vp, table=table: launch_forward(
