@@ -161,6 +161,9 @@ def store_rows(
     tOrO = cute.make_fragment_like(tOsO, out_dtype)
     cute.autovec_copy(tOsO, tOrO)
     if const_expr(pipe_q is not None):
+        # sO is Q's buffer: order this thread's generic-proxy writes (stmatrix) and reads of it
+        # before the producer's next Q TMA (async proxy) writes there.
+        cute.arch.fence_view_async_shared()
         pipe_q.consumer_release(q_state)
     gO = cute.local_tile(
         cute.domain_offset((seqlen.offset_q, 0), mO[None, head_idx, None]),
