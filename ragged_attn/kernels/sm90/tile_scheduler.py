@@ -1,11 +1,12 @@
 """Which (query head, m_block, sequence) tile each persistent CTA of the sm_90a forward computes.
 
-The kernel launches at most one CTA per SM (`num_ctas`, the run-time SM count) and every CTA walks
-the linear tile indices t = blockIdx.x, blockIdx.x + gridDim.x, ... < total (a static persistent
-schedule: no atomics, no counter to reset, nothing read back, CUDA-graph capturable, and two
-launches never share state, so concurrent streams are safe). Each warp role (the producer warp,
-the MMA warpgroups) decodes the same sequence of indices on its own, so no hand-off between roles
-is needed; the producer runs ahead by as many K/V stages as the pipelines hold.
+The kernel launches at most one CTA per SM (`num_ctas`, the run-time SM count). Ragged K/V: each
+CTA's producer warp takes its tiles from a tile counter (forward.py `next_tile`), decodes each one
+here with the whole warp (`warp_search`) and hands the decoded tile to the MMA warpgroups through
+smem. Paged K/V: every CTA walks the linear tile indices t = blockIdx.x, blockIdx.x + gridDim.x,
+... < total (a static persistent schedule), each warp role decoding the same indices on its own
+(one thread's binary search). Either way nothing is read back and the launch is CUDA-graph
+capturable; the producer runs ahead by as many K/V stages as the pipelines hold.
 
 Linear order (heads fastest, then a sequence's slots, then sequences):
 - "per sequence": t = head + H_q * (slot + tiles_max * b), tiles_max = ceil(max(max_seqlen_q,
