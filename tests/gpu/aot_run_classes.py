@@ -45,7 +45,7 @@ def problem(lc, torch):
         v = torch.randn(sum(lk), 2, lc.d_v, device="cuda", dtype=dt, generator=g)
         cu_k = torch.tensor([0, 7, 207], dtype=torch.int32, device="cuda")
         return (q, k, v, cu_q, cu_k, 130, 200), kw
-    ps, pages = 16, 20
+    ps, pages = 16, 32  # 13 pages per sequence (200 keys) x 2, from a pool with spare pages
     k = torch.randn(pages, ps, 2, lc.d_qk, device="cuda", dtype=dt, generator=g)
     v = torch.randn(pages, ps, 2, lc.d_v, device="cuda", dtype=dt, generator=g)
     table = torch.randperm(pages, device="cuda", generator=g)[:26].to(torch.int32).view(2, 13)
