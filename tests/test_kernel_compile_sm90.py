@@ -80,6 +80,23 @@ def test_every_class_has_a_config_that_fits():
         assert alias == (dq > 128), f"{lc.name}: O aliases Q = {alias}"
 
 
+def test_two_q_buffers_exactly_where_o_has_its_own():
+    """q_stages=2 for every class whose O keeps its own buffer (d <= 128, ragged and paged), 1 where
+    O is staged in Q's smem; two Q buffers with O in Q's buffer are refused before tracing."""
+    from ragged_attn.kernels.sm90.launch import kernel_for
+
+    for (dq, dv), kv in itertools.product(HEAD_DIM_CLASSES, ("ragged", "paged")):
+        lc = LayoutClass("sm_90a", dq, dv, "bf16", "bf16", "causal", True, kv)
+        cfg = tile_config(lc)
+        assert cfg.q_stages == (1 if o_aliases_q(cfg, dq, dv) else 2), lc.name
+    lc = LayoutClass("sm_90a", 192, 128, "bf16", "bf16", "causal", True, "ragged")
+    # 128 x 96 with two Q buffers fits only with O in Q's buffer (the separate O does not).
+    with pytest.raises(ValueError, match="needs q_stages == 1"):
+        kernel_for(lc, TileConfig(128, 96, 2, pingpong=False, q_stages=2))
+    with pytest.raises(ValueError, match="q_stages"):
+        TileConfig(128, 128, q_stages=3)
+
+
 def test_config_that_does_not_fit_is_refused():
     lc = LayoutClass("sm_90a", 256, 256, "bf16", "bf16", "causal", True, "ragged")
     with pytest.raises(ValueError, match="smem"):
