@@ -22,8 +22,8 @@ time.perf_counter around `import ragged_attn` + the first class's inputs + its f
 `ragged_attn.attention(..., backend="cute")` + `torch.cuda.synchronize()`; then, per further
 class, its first call alone (inputs built and synchronized outside the timed span). Inputs are
 tests/gpu/aot_run_classes.py's `problem()` (B=2, H_q=4, H_kv=2, the class's dims; paged: a 16-token
-NHD page pool with a shuffled page table, built here: see `problem`). After the timing every output is checked against
-backend="reference". A child prints one JSON line; the parent prints a markdown table of medians.
+NHD page pool with a shuffled page table). After the timing every output is checked against
+backend="reference" with the same file's `check`. A child prints one JSON line; the parent prints a markdown table of medians.
 
 Exit status: 0 when every child ran, every output matched the reference, the prebuilt children
 served every class from the prebuilt directory without a `cutlass` import, and the timed JIT
@@ -49,7 +49,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNNER = ROOT / "tests" / "gpu" / "aot_run_classes.py"  # _BlockCutlass, ATTEMPTS, problem()
+RUNNER = ROOT / "tests" / "gpu" / "aot_run_classes.py"  # _BlockCutlass, ATTEMPTS, problem(), check()
 DEFAULT_CLASSES = ROOT / "tools" / "aot_smoke_classes.txt"
 MODES = ("prebuilt", "jit disk cache")
 WARM = "warm"  # the JIT warm-up child: compiles every class into the temporary cache
@@ -67,39 +67,6 @@ def _load_runner():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def problem(runner, lc, torch):
-    """aot_run_classes.py's `problem(lc, torch)`; for a paged class, its ragged twin's q and options
-    with the keys in a 16-token NHD page pool of 32 pages and a shuffled (2, 13) page table.
-    (aot_run_classes.py's own paged pool has 20 pages, and `randperm(20)[:26].view(2, 13)` raises.)"""
-    if lc.kv == "ragged":
-        return runner.problem(lc, torch)
-    twin = SimpleNamespace(**{**vars(lc), "kv": "ragged"})
-    (q, ragged_k, _, cu_q, cu_k, max_q, max_k), kw = runner.problem(twin, torch)
-    h_kv = ragged_k.shape[1]
-    g = torch.Generator(device="cuda").manual_seed(14)
-    used_k = (cu_k[1:] - cu_k[:-1]).to(torch.int32)
-    page_size, pages, per_seq = 16, 32, -(-max_k // 16)
-    batch = used_k.numel()
-    k = torch.randn(pages, page_size, h_kv, lc.d_qk, device="cuda", dtype=q.dtype, generator=g)
-    v = torch.randn(pages, page_size, h_kv, lc.d_v, device="cuda", dtype=q.dtype, generator=g)
-    table = torch.randperm(pages, device="cuda", generator=g)[: batch * per_seq].to(torch.int32)
-    kw.update(seqused_k=used_k, page_table=table.view(batch, per_seq))
-    return (q, k, v, cu_q, None, max_q, max_k), kw
-
-
-def _check(lc, got, want) -> tuple[bool, str]:
-    """aot_run_classes.py's tolerance: |out - ref| <= 2e-2 + 2e-2 |ref|; LSE within 1e-2."""
-    got, want = (got, want) if lc.lse else ((got,), (want,))
-    err = (got[0].float() - want[0].float()).abs()
-    ok = bool((err <= 2e-2 + 2e-2 * want[0].float().abs()).all())
-    text = f"max |out-ref| {err.max().item():.3g}"
-    if lc.lse:
-        lse_err = (got[1] - want[1]).abs().max().item()
-        ok = ok and lse_err <= 1e-2
-        text += f", max |lse-ref| {lse_err:.3g}"
-    return ok, text
 
 
 def child(mode: str, fields: list[dict]) -> dict:
@@ -125,14 +92,14 @@ def child(mode: str, fields: list[dict]) -> dict:
         from ragged_attn import backends
 
         backends.cute_import_error = lambda: BLOCKED_REASON
-    args, kw = problem(runner, classes[0], torch)
+    args, kw = runner.problem(classes[0], torch)
     outs = [ragged_attn.attention(*args, **kw, backend="cute")]
     torch.cuda.synchronize()
     t_first = time.perf_counter() - t0
     inputs = [(args, kw)]
     further = []
     for lc in classes[1:]:
-        args, kw = problem(runner, lc, torch)
+        args, kw = runner.problem(lc, torch)
         torch.cuda.synchronize()
         t = time.perf_counter()
         outs.append(ragged_attn.attention(*args, **kw, backend="cute"))
@@ -146,7 +113,7 @@ def child(mode: str, fields: list[dict]) -> dict:
     ok, errors = {}, {}
     for name, lc, (args, kw), got in zip(names, classes, inputs, outs):
         want = ragged_attn.attention(*args, **kw, backend="reference")
-        ok[name], errors[name] = _check(lc, got, want)
+        ok[name], errors[name] = runner.check(lc, got, want)
     return {
         "mode": mode,
         "import_s": t_import,
