@@ -126,31 +126,24 @@ def make_impls(lens, hq, hkv, d, causal, dev):
                 return sdpa(qg, kg, vg, is_causal=causal, enable_gqa=True)
 
         impls["cuDNN SDPA padded enable_gqa"] = sdpa_gqa_call
-    fn = load(lc)
+    def ours_call(kernel, dst):
+        """Our kernel `kernel` (this tree's or a variant's) writing `dst`."""
 
-    def ours():
-        launch_forward(
-            fn, q=q, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
-            seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
-            window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
-        )  # fmt: skip
-        return out
-
-    impls["ours"] = ours
-    for sub in filter(None, os.environ.get("RAGGED_ATTN_VARIANTS", "").split(",")):
-        alt = load(lc, sub)  # the same class built with other tile-config fields
-        if alt is None:
-            continue
-
-        def ours_alt(alt=alt, alt_out=torch.empty_like(q)):
+        def call():
             launch_forward(
-                alt, q=q, k=k, v=v, out=alt_out, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
+                kernel, q=q, k=k, v=v, out=dst, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
                 seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
                 window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
             )  # fmt: skip
-            return alt_out
+            return dst
 
-        impls[f"ours {sub}"] = ours_alt
+        return call
+
+    impls["ours"] = ours_call(load(lc), out)
+    for sub in filter(None, os.environ.get("RAGGED_ATTN_VARIANTS", "").split(",")):
+        alt = load(lc, sub)  # the same class built with other tile-config fields
+        if alt is not None:
+            impls[f"ours {sub}"] = ours_call(alt, torch.empty_like(q))
     return impls, flops, total, (q, k, v, out, lse)
 
 

@@ -106,6 +106,9 @@ def store_tile(
     # The rows this thread's copy covers: the warpgroup's own 64 (wg_local) or the whole tile.
     rows = 64 if const_expr(wg_local) else tile_m
     part = wg_idx if const_expr(wg_local) else 0
+    # With O in Q's buffer every warp releases Q once it has read its O rows back (the producer may
+    # then load the next tile's Q into the buffer).
+    release_q = pipe_q if const_expr(o_aliases_q) else None
     if const_expr(use_tma):
         if rows_left - part * rows >= rows:  # the whole block lies below len_q
             if tidx % 128 < 32:
@@ -124,16 +127,10 @@ def store_tile(
         else:
             store_rows(gmem_tiled_copy_O, sO, mO, seqlen, tidx, m_block, head_idx, rows_left, part, rows, tile_m, d_v, out_dtype)
     else:
-        if const_expr(o_aliases_q):
-            # Every warp releases Q once it has read its O rows back (the producer may then load
-            # the next tile's Q into the buffer).
-            store_rows(
-                gmem_tiled_copy_O, sO, mO, seqlen, tidx, m_block, head_idx, rows_left, part, rows, tile_m, d_v,
-                out_dtype, pipe_q, q_state,
-            )  # fmt: skip
-        else:
-            store_rows(gmem_tiled_copy_O, sO, mO, seqlen, tidx, m_block, head_idx, rows_left, part, rows, tile_m, d_v, out_dtype)
-
+        store_rows(
+            gmem_tiled_copy_O, sO, mO, seqlen, tidx, m_block, head_idx, rows_left, part, rows, tile_m, d_v,
+            out_dtype, release_q, q_state,
+        )  # fmt: skip
 
 @cute.jit
 def store_rows(
