@@ -15,7 +15,7 @@ cute = pytest.importorskip("cutlass.cute")
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from ragged_attn.kernels.sm90 import compile_forward  # noqa: E402
-from ragged_attn.kernels.sm90.block_info import block_range_ref  # noqa: E402
+from ragged_attn.kernels.sm90.block_info import block_range_ref, needs_mask_ref, unmasked_range_ref  # noqa: E402
 from ragged_attn.kernels.sm90.tile_config import (  # noqa: E402
     SMEM_CAPACITY,
     TileConfig,
@@ -153,6 +153,29 @@ def test_gather_ref_matches_the_reference_gather():
 
 def _allowed(i, j, lq, lk, off, left, right):
     return j < lk and (left is None or j >= i + off - left) and (right is None or j <= i + off + right)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_unmasked_range_is_exactly_the_blocks_without_a_masked_element(seed):
+    """The mainloop's branch-free loop runs blocks [n_lo, n_hi) without mask code: those must be
+    exactly the blocks where every (row, key) of the whole tile is allowed (brute force), which is
+    also where needs_mask says no."""
+    r = random.Random(1000 + seed)
+    tm, tn = r.choice([128, 192]), r.choice([128, 80, 176, 192])
+    lq, lk = r.randint(1, 600), r.randint(0, 800)
+    off = r.choice([0, lk - lq])
+    left = r.choice([None, 0, 5, 200])
+    right = r.choice([None, 0, 3, 150])
+    for mb in range((lq + tm - 1) // tm):
+        n_lo, n_hi = unmasked_range_ref(tm, tn, mb, lk, off, left, right)
+        for nb in range(-(-lk // tn) + 1):
+            clean = all(
+                _allowed(i, j, lq, lk, off, left, right)
+                for i in range(mb * tm, (mb + 1) * tm)
+                for j in range(nb * tn, (nb + 1) * tn)
+            )
+            assert clean == (n_lo <= nb < n_hi), (tm, tn, lq, lk, off, left, right, mb, nb, n_lo, n_hi)
+            assert clean == (not needs_mask_ref(tm, tn, mb, nb, lk, off, left, right))
 
 
 @pytest.mark.parametrize("seed", range(20))

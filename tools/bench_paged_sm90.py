@@ -5,7 +5,8 @@ Workload (issue 5, item 6): 14 long-tail sequences (64..2048 tokens, ragged_attn
 NHD with pages shuffled; page sizes 16, 64 and 128 (issue 10 item 7). Useful TFLOP/s = 4 * H_q * d * allowed pairs / time.
 Times: do_bench median and GPU-only median (ragged_attn.bench.timing.gpu_ms). Ours is launched
 through `launch_forward` (no API checks); kernels from RAGGED_ATTN_SM90_PREBUILT or compiled here.
-Usage: python tools/bench_paged_sm90.py
+Usage: [RAGGED_ATTN_VARIANTS=v1,v2] python tools/bench_paged_sm90.py (variants: the kernels built into
+RAGGED_ATTN_SM90_PREBUILT/<variant>/, timed beside this tree's)
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ from ragged_attn.layout_class import LayoutClass  # noqa: E402
 H_Q, H_KV, D = 32, 8, 128
 
 
-def kernel(kv):
+def kernel(kv, sub=""):
+    """This tree's kernel of the class, or (sub) a variant's from RAGGED_ATTN_SM90_PREBUILT/<sub>/
+    (None when that build is missing)."""
     lc = LayoutClass("sm_90a", D, D, "bf16", "bf16", "causal", True, kv)
-    path = os.path.join(os.environ.get("RAGGED_ATTN_SM90_PREBUILT", ""), lc.name + ".o")
+    path = os.path.join(os.environ.get("RAGGED_ATTN_SM90_PREBUILT", ""), sub, lc.name + ".o")
     if os.environ.get("RAGGED_ATTN_SM90_PREBUILT") and os.path.exists(path):
         import cutlass.cute as cute
 
         return cute.runtime.load_module(path, enable_tvm_ffi=True).fwd
-    return compile_forward(lc)
+    return None if sub else compile_forward(lc)
 
 
 def main():
@@ -97,6 +100,15 @@ def main():
         record(f"ours paged page {ps}", lambda kp=kp, vp=vp, table=table: launch_forward(
             paged, q=q, k=kp, v=vp, cu_seqlens_k=None, seqused_k=used, page_table=table, kv_layout="NHD",
             **common), ref)  # fmt: skip
+    for sub in filter(None, os.environ.get("RAGGED_ATTN_VARIANTS", "").split(",")):
+        alt_ragged, alt_paged = kernel("ragged", sub), kernel("paged", sub)
+        if alt_ragged is not None:
+            record(f"ours {sub} ragged", lambda kr=alt_ragged: launch_forward(
+                kr, q=q, k=k, v=v, cu_seqlens_k=cu, seqused_k=None, **common), ref)  # fmt: skip
+        for ps, (kp, vp, table) in fa4_inputs.items() if alt_paged is not None else ():
+            record(f"ours {sub} paged page {ps}", lambda kp=kp, vp=vp, table=table, kq=alt_paged: launch_forward(
+                kq, q=q, k=kp, v=vp, cu_seqlens_k=None, seqused_k=used, page_table=table, kv_layout="NHD",
+                **common), ref)  # fmt: skip
     try:
         from flash_attn.cute import flash_attn_varlen_func as fa4
 

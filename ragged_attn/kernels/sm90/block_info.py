@@ -94,6 +94,23 @@ class BlockInfo:
         return n_block_min
 
     @cute.jit
+    def unmasked_range(self):
+        """(n_lo, n_hi): the key blocks n with n_lo <= n < n_hi are exactly those `needs_mask`
+        rejects (no element masked for any row of the tile), so a mainloop can run them in a loop
+        of its own without the mask's branch (FlashAttention 3 and 4 peel the masked blocks the
+        same way). n_lo > 0 only with a left bound; n_hi < n_block_range's end wherever the last
+        block crosses len_k or the right bound."""
+        n_hi = self.len_k // self.tile_n
+        if const_expr(self.has_right):
+            r_end = cutlass.max(self.m_block * self.tile_m + self.off + self.right + 1, 0)
+            n_hi = cutlass.min(n_hi, r_end // self.tile_n)
+        n_lo = Int32(0)
+        if const_expr(self.has_left):
+            l_first = cutlass.max((self.m_block + 1) * self.tile_m - 1 + self.off - self.left, 0)
+            n_lo = (l_first + (self.tile_n - 1)) // self.tile_n
+        return n_lo, n_hi
+
+    @cute.jit
     def needs_mask(self, n_block: Int32) -> cutlass.Boolean:
         """True when some element of block (m_block, n_block) is masked for some row of the tile."""
         col_first = n_block * self.tile_n
@@ -104,6 +121,28 @@ class BlockInfo:
         if const_expr(self.has_left):
             need = need | (col_first < (self.m_block + 1) * self.tile_m - 1 + self.off - self.left)
         return need
+
+
+def unmasked_range_ref(tile_m, tile_n, m_block, len_k, off, left, right):
+    """Pure-Python twin of `BlockInfo.unmasked_range` (left/right None = unbounded), for tests."""
+    n_hi = len_k // tile_n
+    if right is not None:
+        n_hi = min(n_hi, max(m_block * tile_m + off + right + 1, 0) // tile_n)
+    n_lo = 0
+    if left is not None:
+        n_lo = -(-max((m_block + 1) * tile_m - 1 + off - left, 0) // tile_n)
+    return n_lo, n_hi
+
+
+def needs_mask_ref(tile_m, tile_n, m_block, n_block, len_k, off, left, right):
+    """Pure-Python twin of `BlockInfo.needs_mask`, for tests."""
+    col_first, col_last = n_block * tile_n, n_block * tile_n + tile_n - 1
+    need = col_last >= len_k
+    if right is not None:
+        need = need or col_last > m_block * tile_m + off + right
+    if left is not None:
+        need = need or col_first < (m_block + 1) * tile_m - 1 + off - left
+    return need
 
 
 def block_range_ref(tile_m, tile_n, m_block, len_q, len_k, off, left, right):

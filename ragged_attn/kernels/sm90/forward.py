@@ -764,9 +764,13 @@ class RaggedForwardSm90(MmaMainloops):
                     if warp_idx == 0:
                         pipe_q.producer_acquire(q_state)
                         cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+                if n_blocks > 0:
+                    kv.fetch_pages(n_block_max - 1)
                 for i in cutlass.range(n_blocks, unroll=1):
                     n_block = n_block_max - 1 - i
                     kv.resolve_rows(n_block)
+                    if i + 1 < n_blocks:
+                        kv.fetch_pages(n_block - 1)  # in flight during this block's stage waits
                     pipe_k.producer_acquire(kv_state)
                     kv.load(n_block, sK[None, None, kv_state.index], True)
                     cute.arch.cp_async_commit_group()

@@ -154,11 +154,16 @@ class MmaMainloops:
         return kv_state
 
     @cute.jit
-    def mask_softmax(self, acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, rescale: cutlass.Constexpr[bool]):
-        """Mask (boundary blocks only), online softmax, P -> 16-bit A fragment, O rescale."""
+    def mask_softmax(
+        self, acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, rescale: cutlass.Constexpr[bool],
+        masked: cutlass.Constexpr[bool] = True,
+    ):
+        """Mask (boundary blocks only), online softmax, P -> 16-bit A fragment, O rescale.
+        masked=False: the caller knows no element of the block is masked (no mask code at all)."""
         tScS, m_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right = mask_args
-        if block_info.needs_mask(n_block):
-            apply_mask(acc_S, tScS, m_block, n_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right)
+        if const_expr(masked):
+            if block_info.needs_mask(n_block):
+                apply_mask(acc_S, tScS, m_block, n_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right)
         row_scale = softmax.step(acc_S)
         if const_expr(rescale):
             tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
@@ -191,31 +196,71 @@ class MmaMainloops:
                 q_release[0].consumer_release(q_release[1])
         self.mask_softmax(acc_S, n_block_max - 1, block_info, softmax, tOrP, acc_O, mask_args, False)
         tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
-        for i in cutlass.range(n_block_max - 1 - n_block_min, unroll=1):
-            n_block = n_block_max - 2 - i
-            v_state = kv_state.clone()
-            kv_state.advance()
-            self.kv_wait(pipe_k, kv_state)
-            self.sched_wait(wg_idx)
-            acc_S2 = cute.make_rmem_tensor(acc_S_shape, Float32)
-            self.gemm(tiled_mma_qk, acc_S2, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
-            self.kv_wait(pipe_v, v_state)
-            self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], True, wait=False)
-            self.sched_pass(wg_idx)
-            warpgroup.wait_group(1)  # S done, PV may still run
-            pipe_k.consumer_release(kv_state)
-            if const_expr(q_release is not None):
-                if n_block == n_block_min:
-                    q_release[0].consumer_release(q_release[1])
-            row_scale = self.mask_softmax(acc_S2, n_block, block_info, softmax, tOrP, acc_O, mask_args, False)
-            warpgroup.wait_group(0)
-            pipe_v.consumer_release(v_state)
-            tOrP.store(acc_as_operand_a(acc_S2).load().to(self.dtype))
-            rescale_rows(acc_O, row_scale)
+        # The other blocks, last first, in up to three loops by what they need: those crossing
+        # the right bound (masked), the interior (no mask code: a branch-free loop body lets
+        # ptxas schedule the softmax around the wgmma waits, as in FA3's and FA4's peeled
+        # loops), those crossing the left bound (masked). Blocks [n_lo, n_hi) need no mask.
+        n_lo, n_hi = block_info.unmasked_range()
+        hi_end = n_block_max - 1  # no right bound: only the last block may cross len_k
+        if const_expr(self.has_right):
+            hi_end = cutlass.max(cutlass.min(n_hi, n_block_max - 1), n_block_min)
+        lo_end = n_block_min
+        if const_expr(self.has_left):
+            lo_end = cutlass.min(cutlass.max(n_lo, n_block_min), hi_end)
+        if const_expr(self.has_right):
+            for i in cutlass.range(n_block_max - 1 - hi_end, unroll=1):
+                kv_state = self.overlap_step(
+                    tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                    pipe_k, pipe_v, block_info, n_block_max - 2 - i, n_block_min, wg_idx, mask_args, kv_state,
+                    q_release, True,
+                )  # fmt: skip
+        for i in cutlass.range(hi_end - lo_end, unroll=1):
+            kv_state = self.overlap_step(
+                tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                pipe_k, pipe_v, block_info, hi_end - 1 - i, n_block_min, wg_idx, mask_args, kv_state,
+                q_release, False,
+            )  # fmt: skip
+        if const_expr(self.has_left):
+            for i in cutlass.range(lo_end - n_block_min, unroll=1):
+                kv_state = self.overlap_step(
+                    tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+                    pipe_k, pipe_v, block_info, lo_end - 1 - i, n_block_min, wg_idx, mask_args, kv_state,
+                    q_release, True,
+                )  # fmt: skip
         self.kv_wait(pipe_v, kv_state)
         self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
         pipe_v.consumer_release(kv_state)
         kv_state.advance()
+        return kv_state
+
+    @cute.jit
+    def overlap_step(
+        self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+        pipe_k, pipe_v, block_info, n_block, n_block_min, wg_idx, mask_args, kv_state, q_release,
+        masked: cutlass.Constexpr[bool],
+    ):
+        """One step of `mainloop_overlap`: issue S of block n_block and P V of the block before it,
+        softmax the new S under the P V GEMM. kv_state: the previous block's stages on entry, this
+        block's on return. masked=False: block n_block needs no mask (BlockInfo.unmasked_range)."""
+        v_state = kv_state.clone()
+        kv_state.advance()
+        self.kv_wait(pipe_k, kv_state)
+        self.sched_wait(wg_idx)
+        acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
+        self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
+        self.kv_wait(pipe_v, v_state)
+        self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], True, wait=False)
+        self.sched_pass(wg_idx)
+        warpgroup.wait_group(1)  # S done, PV may still run
+        pipe_k.consumer_release(kv_state)
+        if const_expr(q_release is not None):
+            if n_block == n_block_min:
+                q_release[0].consumer_release(q_release[1])
+        row_scale = self.mask_softmax(acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, False, masked)
+        warpgroup.wait_group(0)
+        pipe_v.consumer_release(v_state)
+        tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+        rescale_rows(acc_O, row_scale)
         return kv_state
 
     @cute.jit

@@ -83,9 +83,10 @@ class PagedKV:
         self.entries = (tile_n + PRODUCER_THREADS - 1) // PRODUCER_THREADS
         self.addr_k = cute.make_rmem_tensor((self.entries,), Int64)
         self.addr_v = cute.make_rmem_tensor((self.entries,), Int64)
+        self.pages = cute.make_rmem_tensor((self.entries,), Int32)  # `fetch_pages`' page indices
 
     # Device values travel through run-time loops as a flat list of IR values.
-    _dynamic = ("mK", "mV", "mPages", "len_k", "tidx", "addr_k", "addr_v")
+    _dynamic = ("mK", "mV", "mPages", "len_k", "tidx", "addr_k", "addr_v", "pages")
 
     def __extract_mlir_values__(self):
         values, self._counts = [], []
@@ -133,23 +134,33 @@ class PagedKV:
         )
 
     @cute.jit
-    def resolve_rows(self, n_block: Int32):
-        """Addresses of this thread's rows of key block n_block (one page-table read per row).
+    def row_token(self, n_block: Int32, e: cutlass.Constexpr[int]) -> Int32:
+        """The key this thread's entry e covers in block n_block, clamped into [0, len_k - 1].
 
         Entry e of thread t is row e * 128 + (t % tpr) * (128 // tpr) + t // tpr of the block, so
         that pass m's row for thread t lives in lane (t // tpr) * tpr + m % tpr, entry m // tpr."""
+        row = e * PRODUCER_THREADS + (self.tidx % self.tpr) * self.rows_per_pass + self.tidx // self.tpr
+        return cutlass.max(cutlass.min(n_block * self.tile_n + row, self.len_k - 1), 0)
+
+    @cute.jit
+    def fetch_pages(self, n_block: Int32):
+        """Start the page-table reads of this thread's rows of key block n_block (one per row);
+        `resolve_rows(n_block)` uses them. Issued one block ahead, their latency hides under the
+        producer's waits for free stages instead of sitting between a stage's release and its
+        cp.async (measured on an H200: see tile_config.py)."""
         page_size = cute.size(self.mK.shape[1])
         for e in cutlass.range_constexpr(self.entries):
-            row = (
-                e * PRODUCER_THREADS
-                + (self.tidx % self.tpr) * self.rows_per_pass
-                + self.tidx // self.tpr
-            )
-            token = cutlass.min(n_block * self.tile_n + row, self.len_k - 1)
-            token = cutlass.max(token, 0)
-            page_idx = token // page_size
-            slot = token - page_idx * page_size
-            page = Int32(self.mPages[page_idx])
+            self.pages[e] = Int32(self.mPages[self.row_token(n_block, e) // page_size])
+
+    @cute.jit
+    def resolve_rows(self, n_block: Int32):
+        """Addresses of this thread's rows of key block n_block, from the page indices that
+        `fetch_pages(n_block)` read."""
+        page_size = cute.size(self.mK.shape[1])
+        for e in cutlass.range_constexpr(self.entries):
+            token = self.row_token(n_block, e)
+            page = self.pages[e]
+            slot = token - (token // page_size) * page_size
             self.addr_k[e] = (self.mK.iterator + cute.crd2idx((page, slot, 0), self.mK.layout)).toint()
             self.addr_v[e] = (self.mV.iterator + cute.crd2idx((page, slot, 0), self.mV.layout)).toint()
 
