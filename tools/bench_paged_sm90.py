@@ -41,9 +41,12 @@ def kernel(kv, sub=""):
     return None if sub else compile_forward(lc)
 
 
-def main():
+def make_problem(dev="cuda"):
+    """The longtail14 batch: (lens, q, k, v, cu_seqlens, seqused_k, launch_forward's common kwargs
+    (out, lse, ...), flops, pools) where pools(page_size) -> shuffled NHD pools (NaN in unused
+    slots) holding the same keys, and their page table."""
     lens = list(longtail_lengths())
-    dev, dt = "cuda", torch.bfloat16
+    dt = torch.bfloat16
     total = sum(lens)
     g = torch.Generator(device=dev).manual_seed(0)
     q = torch.randn(total, H_Q, D, device=dev, dtype=dt, generator=g)
@@ -60,7 +63,6 @@ def main():
                   lse_strides=(0, H_Q, H_Q, 1))
 
     def pools(ps):
-        """Shuffled NHD pools holding the same keys, and the page table."""
         n_pages = [(n + ps - 1) // ps for n in lens]
         perm = torch.randperm(sum(n_pages), generator=torch.Generator().manual_seed(ps)).to(dev)
         kp = torch.full((sum(n_pages), ps, H_KV, D), float("nan"), device=dev, dtype=dt)
@@ -76,6 +78,13 @@ def main():
             start, nxt = start + n, nxt + npg
         return kp, vp, table
 
+    return lens, q, k, v, cu, used, common, flops, pools
+
+
+def main():
+    dev = "cuda"
+    lens, q, k, v, cu, used, common, flops, pools = make_problem(dev)
+    out = common["out"]
     rows = []
 
     def record(label, fn, ref=None):
