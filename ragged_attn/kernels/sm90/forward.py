@@ -6,8 +6,8 @@ Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the pers
   (tile_scheduler.py: the linear order, longest-first, L2 head groups; `next_tile` here: the
   counter, which every launch leaves at 0). Ragged K/V: warp 0 of the producer warpgroup takes
   each ticket, decodes the tile (the whole warp searches cu_seqlens_q) and hands the decoded tile
-  (head, m_block, sequence, offsets, lengths) to the MMA warpgroups through a 2-slot smem
-  pipeline; the paged class walks the static stride t += gridDim.x in every warp instead.
+  (head, m_block, sequence, offsets, lengths) to the MMA warpgroups (and, paged, to the other
+  three producer warps, which gather K/V beside it) through a 2-slot smem pipeline.
 - 3 or 4 warpgroups, 384 or 512 threads (2 or 3 MMA warpgroups: tile_m 128 or 192). Warpgroup 0 is the producer: its warp 0 issues TMA loads of Q
   (`q_stages` buffers: 2 where O has its own buffer) and of K and V (two `PipelineTmaAsync`s,
   `num_stages` deep), walking the key blocks from the last one down. The K/V stages run on across
@@ -128,10 +128,6 @@ class RaggedForwardSm90(MmaMainloops):
         self.mask = mask
         self.has_lse = has_lse
         self.paged = paged
-        # Dynamic tile schedule (an atomic counter; the producer warp hands each tile index to the
-        # MMA warpgroups) for ragged K/V, whose producer is one warp. The paged producer is a whole
-        # warpgroup: its warps and the MMA warpgroups walk the static schedule on their own.
-        self.dynamic = not paged
         if paged:
             self.producer_regs = self.producer_regs_paged
         # What the producer warpgroup leaves, split over the MMA warpgroups (setmaxnreg takes
@@ -411,12 +407,13 @@ class RaggedForwardSm90(MmaMainloops):
         one_warp = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
         # PipelineTmaAsync.consumer_release arrives once per consumer warp.
         mma_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads // 32)
-        # Decoded tiles, producer warp -> MMA warpgroups (dynamic schedule only).
+        # Decoded tiles, producer warp 0 -> MMA warpgroups (and, paged, producer warps 1-3).
+        tile_readers = self.num_mma_threads + (PRODUCER_THREADS - 32 if const_expr(self.paged) else 0)
         pipe_tile = pipeline.PipelineAsync.create(
             barrier_storage=storage.mbar_tile.data_ptr(),
             num_stages=TILE_STAGES,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, tile_readers),
             defer_sync=True,
         )
         sTile = storage.tile_words.get_tensor(cute.make_layout((TILE_WORDS, TILE_STAGES)))
@@ -491,7 +488,7 @@ class RaggedForwardSm90(MmaMainloops):
             if const_expr(self.paged):
                 self.load_paged(
                     tma_Q, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
-                    pipe_q, pipe_k, pipe_v, sched, mask_numbers, warp_idx,
+                    pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff, lse_args, warp_idx,
                 )  # fmt: skip
             else:
                 if warp_idx == 0:
@@ -509,13 +506,13 @@ class RaggedForwardSm90(MmaMainloops):
 
     # ------------------------------------------------------------------ the persistent schedule
     @cute.jit
-    def tile_at(self, t: Int64, sched, mask_numbers, warp_search: cutlass.Constexpr[bool] = False):
+    def tile_at(self, t: Int64, sched, mask_numbers):
         """Decode linear tile index t (tile_scheduler.py) into (head_idx, m_block, batch_idx,
-        has_rows, seqlen, block_info); warp_search: a whole warp decodes t together."""
+        has_rows, seqlen, block_info); a whole warp decodes t together."""
         _, num_heads, num_heads_kv, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k = sched
         head_idx, m_block, batch_idx, has_rows, seqlen = decode_tile(
             t, num_heads, num_heads_kv, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
-            self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8), warp_search,
+            self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8),
         )  # fmt: skip
         block_info = self.block_info_of(m_block, seqlen, mask_numbers)
         return head_idx, m_block, batch_idx, has_rows, seqlen, block_info
@@ -578,7 +575,7 @@ class RaggedForwardSm90(MmaMainloops):
         lane = cute.arch.lane_idx()
         t = Int64(cute.arch.block_idx()[0])
         while t < num_tiles:
-            head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers, True)
+            head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
             if has_rows != 0:
                 tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(1), head_idx, m_block, batch_idx, seqlen)
                 q_state, kv_state = self.load_tile(
@@ -731,62 +728,97 @@ class RaggedForwardSm90(MmaMainloops):
         pipe_v: pipeline.PipelineCpAsync,
         sched,
         mask_numbers,
+        handoff,
+        lse_args,
         warp_idx: Int32,
     ):
-        """Producer warpgroup of the paged class: for each of this CTA's tiles, all 128 threads
-        gather each key block's K and V rows (last block first, as the MMA warpgroups consume);
-        warp 0 issues Q's TMA after its share of the first K block."""
-        ratio = cute.size(tma_Q.shape[2]) // cute.size(mK.shape[2])
-        tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
+        """Producer warpgroup of the paged class, on the dynamic schedule of the ragged one: warp 0
+        takes the tickets, decodes each tile (the whole warp searches cu_seqlens_q) and hands it
+        to the MMA warpgroups and to producer warps 1-3 through the tile pipeline (a tile without
+        query rows only gets its padded LSE rows' -inf, from warp 0); then all 128 threads gather
+        the tile's key blocks (`load_paged_tile`). Past the last tile, go = 0 stops everyone."""
+        pipe_tile, sTile, mTileCounter = handoff
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
-        num_tiles = sched[0]
-        t = Int64(cute.arch.block_idx()[0])
-        stride = Int64(cute.arch.grid_dim()[0])
-        while t < num_tiles:
-            head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
-            if has_rows != 0:
-                gQ = cute.local_tile(
-                    cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
-                    (self.tile_m, self.d_qk),
-                    (m_block, 0),
-                )
-                tQsQ, tQgQ = cpasync.tma_partition(
-                    tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
-                )
-                kv = PagedKV.create(
-                    mK, mV, mPageTable, batch_idx, head_idx // ratio, seqlen.len_k, tidx, gather_copy,
-                    self.dtype, self.tile_n, self.d_qk, self.d_v,
+        loads = (tma_Q, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v)
+        if warp_idx == 0:
+            tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_STAGES)
+            num_tiles = sched[0]
+            t = Int64(cute.arch.block_idx()[0])
+            while t < num_tiles:
+                head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
+                if has_rows != 0:
+                    tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(1), head_idx, m_block, batch_idx, seqlen)
+                    q_state, kv_state = self.load_paged_tile(
+                        loads, seqlen, block_info, head_idx, batch_idx, warp_idx, q_state, kv_state
+                    )  # fmt: skip
+                else:
+                    self.fill_padded_lse(lse_args, seqlen, batch_idx, head_idx, m_block, cute.arch.lane_idx(), 32)
+                t = self.next_tile(t, num_tiles, mTileCounter)
+            none = SeqlenInfo(Int32(0), Int32(0), Int32(0), Int32(0))
+            tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(0), Int32(0), Int32(0), Int32(0), none)
+        else:
+            tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
+            go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
+            while go != 0:
+                block_info = self.block_info_of(m_block, seqlen, mask_numbers)
+                q_state, kv_state = self.load_paged_tile(
+                    loads, seqlen, block_info, head_idx, batch_idx, warp_idx, q_state, kv_state
                 )  # fmt: skip
-                n_block_min, n_block_max = block_info.n_block_range()
-                n_blocks = n_block_max - n_block_min
-                if n_blocks <= 0:
-                    if warp_idx == 0:
-                        pipe_q.producer_acquire(q_state)
-                        cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
-                if n_blocks > 0:
-                    kv.fetch_pages(n_block_max - 1)
-                for i in cutlass.range(n_blocks, unroll=1):
-                    n_block = n_block_max - 1 - i
-                    kv.resolve_rows(n_block)
-                    if i + 1 < n_blocks:
-                        kv.fetch_pages(n_block - 1)  # in flight during this block's stage waits
-                    pipe_k.producer_acquire(kv_state)
-                    kv.load(n_block, sK[None, None, kv_state.index], True)
-                    cute.arch.cp_async_commit_group()
-                    pipe_k.producer_commit(kv_state)
-                    if i == 0:
-                        if warp_idx == 0:
-                            pipe_q.producer_acquire(q_state)
-                            cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
-                    pipe_v.producer_acquire(kv_state)
-                    kv.load(n_block, sV[None, None, kv_state.index], False)
-                    cute.arch.cp_async_commit_group()
-                    pipe_v.producer_commit(kv_state)
-                    kv_state.advance()
-                q_state.advance()
-            t += stride
+                go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
         cute.arch.cp_async_wait_group(0)
+
+    @cute.jit
+    def load_paged_tile(
+        self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, head_idx: Int32, batch_idx: Int32,
+        warp_idx: Int32, q_state, kv_state,
+    ):  # fmt: skip
+        """All 128 producer threads: gather each key block's K and V rows of one tile (last block
+        first, as the MMA warpgroups consume); warp 0 issues Q's TMA after its share of the first
+        K block. Returns (q_state, kv_state)."""
+        tma_Q, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v = loads
+        ratio = cute.size(tma_Q.shape[2]) // cute.size(mK.shape[2])
+        tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
+        gQ = cute.local_tile(
+            cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
+            (self.tile_m, self.d_qk),
+            (block_info.m_block, 0),
+        )
+        tQsQ, tQgQ = cpasync.tma_partition(
+            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
+        )
+        kv = PagedKV.create(
+            mK, mV, mPageTable, batch_idx, head_idx // ratio, seqlen.len_k, tidx, gather_copy,
+            self.dtype, self.tile_n, self.d_qk, self.d_v,
+        )  # fmt: skip
+        n_block_min, n_block_max = block_info.n_block_range()
+        n_blocks = n_block_max - n_block_min
+        if n_blocks <= 0:
+            if warp_idx == 0:
+                pipe_q.producer_acquire(q_state)
+                cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        if n_blocks > 0:
+            kv.fetch_pages(n_block_max - 1)
+        for i in cutlass.range(n_blocks, unroll=1):
+            n_block = n_block_max - 1 - i
+            kv.resolve_rows(n_block)
+            if i + 1 < n_blocks:
+                kv.fetch_pages(n_block - 1)  # in flight during this block's stage waits
+            pipe_k.producer_acquire(kv_state)
+            kv.load(n_block, sK[None, None, kv_state.index], True)
+            cute.arch.cp_async_commit_group()
+            pipe_k.producer_commit(kv_state)
+            if i == 0:
+                if warp_idx == 0:
+                    pipe_q.producer_acquire(q_state)
+                    cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+            pipe_v.producer_acquire(kv_state)
+            kv.load(n_block, sV[None, None, kv_state.index], False)
+            cute.arch.cp_async_commit_group()
+            pipe_v.producer_commit(kv_state)
+            kv_state.advance()
+        q_state.advance()
+        return q_state, kv_state
 
     # ------------------------------------------------------------------ MMA warpgroups
     @cute.jit
@@ -816,9 +848,8 @@ class RaggedForwardSm90(MmaMainloops):
         lse_s_h: Int64,
         lse_scale: Float32,
     ):
-        """MMA warpgroups: for each of this CTA's tiles (dynamic: decoded tiles the producer warp
-        hands over, until one with go = 0; static: the stride walk, each decoded here) `mma_tile`.
-        A tile past len_q (static per-sequence slots) only writes its padded LSE rows' -inf."""
+        """MMA warpgroups: `mma_tile` for each decoded tile the producer warp hands over, until one
+        with go = 0 (tiles without query rows never come: the producer fills their padded LSE)."""
         tidx = cute.arch.thread_idx()[0] - 128
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
         thr_mma_qk = tiled_mma_qk.get_slice(tidx)
@@ -844,29 +875,14 @@ class RaggedForwardSm90(MmaMainloops):
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
         frags = (tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS)
         out_args = (gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale)
-        if const_expr(self.dynamic):
+        go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
+        while go != 0:
+            block_info = self.block_info_of(m_block, seqlen, mask_numbers)
+            q_state, kv_state = self.mma_tile(
+                tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx,
+                head_idx, m_block, batch_idx, seqlen, block_info, q_state, kv_state,
+            )  # fmt: skip
             go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
-            while go != 0:
-                block_info = self.block_info_of(m_block, seqlen, mask_numbers)
-                q_state, kv_state = self.mma_tile(
-                    tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx,
-                    head_idx, m_block, batch_idx, seqlen, block_info, q_state, kv_state,
-                )  # fmt: skip
-                go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
-        else:
-            num_tiles = sched[0]
-            t = Int64(cute.arch.block_idx()[0])
-            while t < num_tiles:
-                head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
-                if has_rows != 0:
-                    q_state, kv_state = self.mma_tile(
-                        tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx,
-                        wg_idx, head_idx, m_block, batch_idx, seqlen, block_info, q_state, kv_state,
-                    )  # fmt: skip
-                else:
-                    lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
-                    self.fill_padded_lse(lse_args, seqlen, batch_idx, head_idx, m_block, tidx, self.num_mma_threads)
-                t += Int64(cute.arch.grid_dim()[0])
         if const_expr(self.tma_o_store):
             if tidx % 128 < 32:  # this warpgroup's last O store has read sO before the CTA exits
                 cute.arch.cp_async_bulk_wait_group(0, read=True)

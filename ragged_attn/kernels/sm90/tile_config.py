@@ -136,6 +136,22 @@ def tile_config(layout_class) -> TileConfig:
       hand-off and fewer MMA instructions per tile.
     - 128-row tiles for d64 (against 192, before early_q_release): 16 x 256 106 -> 118, 64 x 128
       71 -> 78, 4 x 512 145 -> 155, but mixed14 372 -> 320 and 2 x 8192 543 -> 432: 192 kept.
+    Measured on an H200, 2026-12-02 (session 3), same method, one process, FA4 / cuDNN SDPA
+    enable_gqa in brackets (docs/benchmarks/2026-12-02-h200-issue10-session3):
+    - The mainloop's interior key blocks in a loop without mask code (mainloop.py; before, one
+      loop tested every block for a mask and ptxas put the P V wait ahead of the softmax): d128
+      2 x 8192 (64/8) causal 621 -> 651 [671], no mask 606 -> 675 [630], mixed14 523 -> 532;
+      d32 / d64 / d96 within +-1%. 128 x 176 for d128 without a mask (q_stages 1, O in Q's
+      buffer) on top: 581, not taken.
+    - Three K/V stages ("s3") and no ping-pong ("nopp") for d <= 96, against two stages with
+      ping-pong (ours) - s3 - s3 + nopp - nopp: d64 mixed14 382 - 395 - 390 - 371 [345], 2 x 8192
+      551 - 561 - 557 - 536 [539], 16 x 256 123 - 125 - 125 - 122 [140], 64 x 128 84 - 84 - 90 - 90
+      [101], 4 x 512 151 - 167 - 166 - 154 [162]; d32 mixed14 219 - 230 - 235 - 218 [201], 16 x 256
+      67 - 67 - 71 - 69 [71], 64 x 128 47 - 47 - 52 - 51 [51], 2 x 8192 328 - 333 - 331 - 316
+      [319]; d96 mixed14 436 - 459 - 460 - 430 [429]. Taken: s3 + nopp for every d <= 96 class
+      (the window and paged ones unmeasured; the third stage fits in smem there too). ncu on
+      64 x 128 d64 had shown the idle third warpgroup's ping-pong arrivals as the top stall
+      (15% of warp samples) with cuDNN's 64 x 128 x 64 kernel at 39 us against ours at 49 us.
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
@@ -146,10 +162,14 @@ def tile_config(layout_class) -> TileConfig:
 
 def _tiles(layout_class) -> TileConfig:
     d_qk = layout_class.d_qk
+    # d <= 96: three K/V stages fit beside two Q buffers and O, and the warpgroups issue GEMMs
+    # without ping-pong turns (measured 2026-12-02, session 3, in the docstring above).
     if layout_class.kv == "ragged" and (d_qk <= 32 or (d_qk <= 64 and layout_class.mask != "window")):
-        return TileConfig(192, 128, 2, pingpong=True, overlap=True)
+        return TileConfig(192, 128, 3, pingpong=False, overlap=True)
     if d_qk <= 32:
-        return TileConfig(128, 192, 2, pingpong=True, overlap=True)
+        return TileConfig(128, 192, 3, pingpong=False, overlap=True)
+    if d_qk <= 96:
+        return TileConfig(128, 128, 3, pingpong=False, overlap=True)
     if d_qk <= 128:
         return TileConfig(128, 128, 2, pingpong=True, overlap=True)
     if d_qk <= 192:

@@ -1,12 +1,10 @@
 """Which (query head, m_block, sequence) tile each persistent CTA of the sm_90a forward computes.
 
-The kernel launches at most one CTA per SM (`num_ctas`, the run-time SM count). Ragged K/V: each
-CTA's producer warp takes its tiles from a tile counter (forward.py `next_tile`), decodes each one
-here with the whole warp (`warp_search`) and hands the decoded tile to the MMA warpgroups through
-smem. Paged K/V: every CTA walks the linear tile indices t = blockIdx.x, blockIdx.x + gridDim.x,
-... < total (a static persistent schedule), each warp role decoding the same indices on its own
-(one thread's binary search). Either way nothing is read back and the launch is CUDA-graph
-capturable; the producer runs ahead by as many K/V stages as the pipelines hold.
+The kernel launches at most one CTA per SM (`num_ctas`, the run-time SM count). Each CTA's
+producer warp 0 takes its tiles from a tile counter (forward.py `next_tile`), decodes each one
+here with the whole warp and hands the decoded tile to the MMA warpgroups (and, for paged K/V, to
+the producer warps that gather beside it) through smem. Nothing is read back and the launch is
+CUDA-graph capturable; the producer runs ahead by as many K/V stages as the pipelines hold.
 
 Linear order (heads fastest, then a sequence's slots, then sequences):
 - "per sequence": t = head + H_q * (slot + tiles_max * b), tiles_max = ceil(max(max_seqlen_q,
@@ -29,7 +27,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64, const_expr
+from cutlass import Float32, Int32, Int64
 
 from .seqlen_info import SeqlenInfo
 
@@ -84,11 +82,10 @@ def decode_tile(
     use_seqused_k: Int32,
     tile_m: cutlass.Constexpr[int],
     token_bytes: cutlass.Constexpr[int],  # (d_qk + d_v) * element bytes: one token's K and V of one head
-    warp_search: cutlass.Constexpr[bool] = False,  # a whole warp calls this with the same t
 ):
     """(head_idx, m_block, batch_idx, has_rows, seqlen) of linear tile index t (see the module);
-    has_rows == 0: nothing to compute (at most padded LSE rows past len_q to fill).
-    warp_search: the 32 lanes of a warp find the sequence together (`sequence_of_slot_warp`), in
+    has_rows == 0: nothing to compute (at most padded LSE rows past len_q to fill). A whole warp
+    calls it with the same t: the 32 lanes find the sequence together (`sequence_of_slot_warp`),
     one load latency per 32x narrowing instead of one per halving."""
     head_x = Int32(t % Int64(num_heads))
     slot_lin = t // Int64(num_heads)
@@ -98,17 +95,7 @@ def decode_tile(
     if packed != 0:
         slot = Int32(slot_lin)
         # The last sequence whose first slot is <= slot (0 when there is none).
-        if const_expr(warp_search):
-            lo = sequence_of_slot_warp(mCuSeqlensQ, slot, tile_m)
-        else:  # binary search, one thread
-            lo = Int32(0)
-            hi = cute.size(mCuSeqlensQ.shape[0]) - 2
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if Int32(mCuSeqlensQ[mid]) // tile_m + mid <= slot:
-                    lo = mid
-                else:
-                    hi = mid - 1
+        lo = sequence_of_slot_warp(mCuSeqlensQ, slot, tile_m)
         batch_idx = lo
         slot = slot - (Int32(mCuSeqlensQ[lo]) // tile_m + lo)  # may be < 0: no tile
         if slot < 0:
