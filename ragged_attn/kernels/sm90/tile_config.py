@@ -152,6 +152,9 @@ def tile_config(layout_class) -> TileConfig:
       (the window and paged ones unmeasured; the third stage fits in smem there too). ncu on
       64 x 128 d64 had shown the idle third warpgroup's ping-pong arrivals as the top stall
       (15% of warp samples) with cuDNN's 64 x 128 x 64 kernel at 39 us against ours at 49 us.
+    - Paged d128 (longtail14, 32/8, causal; tools/bench_paged_sm90.py, ragged 389-392): page-table
+      entries read one block ahead (paged_kv.py `fetch_pages`) 317 -> 322 at page 16/64/128; then
+      the dynamic tile schedule (it was a static stride walk) 324 -> 346 [FA4 308-330].
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
