@@ -81,6 +81,21 @@ def make_problem(dev="cuda"):
     return lens, q, k, v, cu, used, common, flops, pools
 
 
+def launches(q, k, v, cu, used, common):
+    """(ragged_call(kernel), paged_call(kernel, k_pool, v_pool, page_table)): zero-argument calls
+    of `launch_forward` on make_problem's batch, ragged and paged (NHD pools)."""
+
+    def ragged_call(kern):
+        return lambda: launch_forward(kern, q=q, k=k, v=v, cu_seqlens_k=cu, seqused_k=None, **common)
+
+    def paged_call(kern, kp, vp, table):
+        return lambda: launch_forward(
+            kern, q=q, k=kp, v=vp, cu_seqlens_k=None, seqused_k=used, page_table=table, kv_layout="NHD", **common
+        )
+
+    return ragged_call, paged_call
+
+
 def main():
     dev = "cuda"
     lens, q, k, v, cu, used, common, flops, pools = make_problem(dev)
@@ -98,26 +113,19 @@ def main():
         except Exception as e:  # report and keep going
             rows.append((f"{label} FAILED {type(e).__name__}: {e}"[:150], 0, 0, 0, 0, float("nan")))
 
-    ragged = kernel("ragged")
-    record("ours ragged", lambda: launch_forward(ragged, q=q, k=k, v=v, cu_seqlens_k=cu, seqused_k=None, **common))
+    ragged_call, paged_call = launches(q, k, v, cu, used, common)
+    record("ours ragged", ragged_call(kernel("ragged")))
     ref = out.clone()
     paged = kernel("paged")
-    fa4_inputs = {}
-    for ps in (16, 64, 128):
-        kp, vp, table = pools(ps)
-        fa4_inputs[ps] = (kp, vp, table)
-        record(f"ours paged page {ps}", lambda kp=kp, vp=vp, table=table: launch_forward(
-            paged, q=q, k=kp, v=vp, cu_seqlens_k=None, seqused_k=used, page_table=table, kv_layout="NHD",
-            **common), ref)  # fmt: skip
+    fa4_inputs = {ps: pools(ps) for ps in (16, 64, 128)}
+    for ps, (kp, vp, table) in fa4_inputs.items():
+        record(f"ours paged page {ps}", paged_call(paged, kp, vp, table), ref)
     for sub in filter(None, os.environ.get("RAGGED_ATTN_VARIANTS", "").split(",")):
         alt_ragged, alt_paged = kernel("ragged", sub), kernel("paged", sub)
         if alt_ragged is not None:
-            record(f"ours {sub} ragged", lambda kr=alt_ragged: launch_forward(
-                kr, q=q, k=k, v=v, cu_seqlens_k=cu, seqused_k=None, **common), ref)  # fmt: skip
+            record(f"ours {sub} ragged", ragged_call(alt_ragged), ref)
         for ps, (kp, vp, table) in fa4_inputs.items() if alt_paged is not None else ():
-            record(f"ours {sub} paged page {ps}", lambda kp=kp, vp=vp, table=table, kq=alt_paged: launch_forward(
-                kq, q=q, k=kp, v=vp, cu_seqlens_k=None, seqused_k=used, page_table=table, kv_layout="NHD",
-                **common), ref)  # fmt: skip
+            record(f"ours {sub} paged page {ps}", paged_call(alt_paged, kp, vp, table), ref)
     try:
         from flash_attn.cute import flash_attn_varlen_func as fa4
 

@@ -10,34 +10,19 @@ from __future__ import annotations
 import os
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_paged_sm90 import kernel, make_problem  # noqa: E402
-
-from ragged_attn.kernels.sm90 import launch_forward  # noqa: E402
+from bench_paged_sm90 import kernel, launches, make_problem  # noqa: E402
+from ncu_issue10 import profile_calls  # noqa: E402
 
 
 def main():
     ps = int(sys.argv[1]) if len(sys.argv) > 1 else 64
-    lens, q, k, v, cu, used, common, _, pools = make_problem("cuda")
+    _, q, k, v, cu, used, common, _, pools = make_problem("cuda")
     kp, vp, table = pools(ps)
-    ragged, paged = kernel("ragged"), kernel("paged")
-    calls = {
-        "ragged": lambda: launch_forward(ragged, q=q, k=k, v=v, cu_seqlens_k=cu, seqused_k=None, **common),
-        f"paged page {ps}": lambda: launch_forward(
-            paged, q=q, k=kp, v=vp, cu_seqlens_k=None, seqused_k=used, page_table=table, kv_layout="NHD", **common
-        ),
-    }
-    for label, call in calls.items():
-        call(), call()
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-        call()
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
-        print(f"profiled: longtail14 | {label}", flush=True)
+    ragged_call, paged_call = launches(q, k, v, cu, used, common)
+    calls = {"ragged": ragged_call(kernel("ragged")), f"paged page {ps}": paged_call(kernel("paged"), kp, vp, table)}
+    profile_calls("longtail14", calls)
 
 
 if __name__ == "__main__":

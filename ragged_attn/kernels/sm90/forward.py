@@ -500,7 +500,7 @@ class RaggedForwardSm90(MmaMainloops):
             cute.arch.setmaxregister_increase(self.mma_regs)
             self.mma(
                 tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, (tma_atom_O, tma_O), sQ, sK, sVt, sO, mO, mLSE,
-                pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff,
+                pipe_q, pipe_k, pipe_v, mask_numbers, handoff,
                 scale_log2, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
             )  # fmt: skip
 
@@ -566,10 +566,21 @@ class RaggedForwardSm90(MmaMainloops):
         the MMA warpgroups finish the current one. A tile without query rows (per-sequence slots
         past len_q) only gets its padded LSE rows' -inf, written here. Then the next index
         (`next_tile`); past the last, a tile with go = 0 tells the MMA warpgroups to stop."""
-        pipe_tile, sTile, mTileCounter = handoff
         ratio = cute.size(tma_Q.shape[2]) // cute.size(tma_K.shape[2])
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
+        loads = (tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, ratio)
+        self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_tile, loads, q_state, kv_state)
+
+    @cute.jit
+    def producer_walk(self, sched, mask_numbers, handoff, lse_args, load_one, loads, q_state, kv_state):
+        """Producer warp 0's walk over this CTA's tiles, ragged and paged alike: decode each
+        ticket's tile (the whole warp), hand a tile with query rows over (`hand_over`) and load it
+        with `load_one(loads, seqlen, block_info, m_block, head_idx, batch_idx, q_state, kv_state)
+        -> (q_state, kv_state)` (`load_tile` or `load_paged_tile`), or write a row-less tile's
+        padded LSE -inf; then the next ticket (`next_tile`). Past the last, a tile with go = 0
+        tells the readers to stop."""
+        pipe_tile, sTile, mTileCounter = handoff
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_STAGES)
         num_tiles = sched[0]
         lane = cute.arch.lane_idx()
@@ -578,16 +589,26 @@ class RaggedForwardSm90(MmaMainloops):
             head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
             if has_rows != 0:
                 tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(1), head_idx, m_block, batch_idx, seqlen)
-                q_state, kv_state = self.load_tile(
-                    tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
-                    pipe_q, pipe_k, pipe_v, seqlen, block_info, m_block, head_idx, head_idx // ratio,
-                    q_state, kv_state,
-                )  # fmt: skip
+                q_state, kv_state = load_one(loads, seqlen, block_info, m_block, head_idx, batch_idx, q_state, kv_state)
             else:
                 self.fill_padded_lse(lse_args, seqlen, batch_idx, head_idx, m_block, lane, 32)
             t = self.next_tile(t, num_tiles, mTileCounter)
         none = SeqlenInfo(Int32(0), Int32(0), Int32(0), Int32(0))
         tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(0), Int32(0), Int32(0), Int32(0), none)
+
+    @cute.jit
+    def reader_walk(self, handoff, mask_numbers, run_one, run_args, q_state, kv_state):
+        """The walk of everyone who reads the handed-over tiles (the MMA warpgroups; paged, also
+        producer warps 1-3): `run_one(run_args, seqlen, block_info, m_block, head_idx, batch_idx,
+        q_state, kv_state) -> (q_state, kv_state)` (`mma_tile` or `load_paged_tile`) per tile,
+        until one with go = 0."""
+        pipe_tile, sTile, _ = handoff
+        tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
+        go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
+        while go != 0:
+            block_info = self.block_info_of(m_block, seqlen, mask_numbers)
+            q_state, kv_state = run_one(run_args, seqlen, block_info, m_block, head_idx, batch_idx, q_state, kv_state)
+            go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
 
     @cute.jit
     def next_tile(self, t: Int64, num_tiles: Int64, mTileCounter: cute.Tensor) -> Int64:
@@ -653,10 +674,13 @@ class RaggedForwardSm90(MmaMainloops):
 
     @cute.jit
     def load_tile(
-        self, tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v,
-        seqlen: SeqlenInfo, block_info: BlockInfo, m_block: Int32, head_idx: Int32, head_kv: Int32,
+        self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, m_block: Int32, head_idx: Int32, batch_idx: Int32,
         q_state, kv_state,
-    ):
+    ):  # fmt: skip
+        """Producer warp 0 (ragged): TMA loads of one tile's key blocks, last first, and Q after
+        the first block's K (or alone when the tile sees no key). Returns (q_state, kv_state)."""
+        tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, ratio = loads
+        head_kv = head_idx // ratio
         gQ = cute.local_tile(
             cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
             (self.tile_m, self.d_qk),
@@ -737,52 +761,30 @@ class RaggedForwardSm90(MmaMainloops):
         to the MMA warpgroups and to producer warps 1-3 through the tile pipeline (a tile without
         query rows only gets its padded LSE rows' -inf, from warp 0); then all 128 threads gather
         the tile's key blocks (`load_paged_tile`). Past the last tile, go = 0 stops everyone."""
-        pipe_tile, sTile, mTileCounter = handoff
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
-        loads = (tma_Q, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v)
+        loads = (tma_Q, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx)
         if warp_idx == 0:
-            tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_STAGES)
-            num_tiles = sched[0]
-            t = Int64(cute.arch.block_idx()[0])
-            while t < num_tiles:
-                head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
-                if has_rows != 0:
-                    tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(1), head_idx, m_block, batch_idx, seqlen)
-                    q_state, kv_state = self.load_paged_tile(
-                        loads, seqlen, block_info, head_idx, batch_idx, warp_idx, q_state, kv_state
-                    )  # fmt: skip
-                else:
-                    self.fill_padded_lse(lse_args, seqlen, batch_idx, head_idx, m_block, cute.arch.lane_idx(), 32)
-                t = self.next_tile(t, num_tiles, mTileCounter)
-            none = SeqlenInfo(Int32(0), Int32(0), Int32(0), Int32(0))
-            tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(0), Int32(0), Int32(0), Int32(0), none)
+            self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_paged_tile, loads, q_state, kv_state)
         else:
-            tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
-            go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
-            while go != 0:
-                block_info = self.block_info_of(m_block, seqlen, mask_numbers)
-                q_state, kv_state = self.load_paged_tile(
-                    loads, seqlen, block_info, head_idx, batch_idx, warp_idx, q_state, kv_state
-                )  # fmt: skip
-                go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
+            self.reader_walk(handoff, mask_numbers, self.load_paged_tile, loads, q_state, kv_state)
         cute.arch.cp_async_wait_group(0)
 
     @cute.jit
     def load_paged_tile(
-        self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, head_idx: Int32, batch_idx: Int32,
-        warp_idx: Int32, q_state, kv_state,
+        self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, m_block: Int32, head_idx: Int32, batch_idx: Int32,
+        q_state, kv_state,
     ):  # fmt: skip
         """All 128 producer threads: gather each key block's K and V rows of one tile (last block
         first, as the MMA warpgroups consume); warp 0 issues Q's TMA after its share of the first
         K block. Returns (q_state, kv_state)."""
-        tma_Q, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v = loads
+        tma_Q, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx = loads
         ratio = cute.size(tma_Q.shape[2]) // cute.size(mK.shape[2])
         tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
         gQ = cute.local_tile(
             cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
             (self.tile_m, self.d_qk),
-            (block_info.m_block, 0),
+            (m_block, 0),
         )
         tQsQ, tQgQ = cpasync.tma_partition(
             tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
@@ -837,7 +839,6 @@ class RaggedForwardSm90(MmaMainloops):
         pipe_q: pipeline.PipelineTmaAsync,
         pipe_k: pipeline.PipelineTmaAsync,
         pipe_v: pipeline.PipelineTmaAsync,
-        sched,
         mask_numbers,
         handoff,
         scale_log2: Float32,
@@ -871,31 +872,24 @@ class RaggedForwardSm90(MmaMainloops):
         if const_expr(self.pingpong):
             if wg_idx == 0:
                 cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE, number_of_threads=256)
-        pipe_tile, sTile, _ = handoff
-        tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
         frags = (tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS)
         out_args = (gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale)
-        go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
-        while go != 0:
-            block_info = self.block_info_of(m_block, seqlen, mask_numbers)
-            q_state, kv_state = self.mma_tile(
-                tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx,
-                head_idx, m_block, batch_idx, seqlen, block_info, q_state, kv_state,
-            )  # fmt: skip
-            go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
+
+        run_args = (tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx)
+        self.reader_walk(handoff, mask_numbers, self.mma_tile, run_args, q_state, kv_state)
         if const_expr(self.tma_o_store):
             if tidx % 128 < 32:  # this warpgroup's last O store has read sO before the CTA exits
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
     def mma_tile(
-        self, tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2: Float32,
-        tidx: Int32, wg_idx: Int32, head_idx: Int32, m_block: Int32, batch_idx: Int32, seqlen: SeqlenInfo,
-        block_info: BlockInfo, q_state, kv_state,
+        self, run_args, seqlen: SeqlenInfo, block_info: BlockInfo, m_block: Int32, head_idx: Int32, batch_idx: Int32,
+        q_state, kv_state,
     ):  # fmt: skip
         """One tile with query rows on the MMA warpgroups: wait for Q, run the key blocks, release
         Q (after the mainloop, or after the epilogue has read O back when O's buffer is Q's), then
         the epilogue. Returns (q_state, kv_state)."""
+        tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx = run_args
         tSrQ_stages, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS = frags
         tSrQ = tSrQ_stages[None, None, None, q_state.index]
         gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale = out_args

@@ -207,26 +207,15 @@ class MmaMainloops:
         lo_end = n_block_min
         if const_expr(self.has_left):
             lo_end = cutlass.min(cutlass.max(n_lo, n_block_min), hi_end)
+        step_args = (
+            tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+            pipe_k, pipe_v, block_info, n_block_min, wg_idx, mask_args, q_release,
+        )  # fmt: skip
         if const_expr(self.has_right):
-            for i in cutlass.range(n_block_max - 1 - hi_end, unroll=1):
-                kv_state = self.overlap_step(
-                    tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-                    pipe_k, pipe_v, block_info, n_block_max - 2 - i, n_block_min, wg_idx, mask_args, kv_state,
-                    q_release, True,
-                )  # fmt: skip
-        for i in cutlass.range(hi_end - lo_end, unroll=1):
-            kv_state = self.overlap_step(
-                tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-                pipe_k, pipe_v, block_info, hi_end - 1 - i, n_block_min, wg_idx, mask_args, kv_state,
-                q_release, False,
-            )  # fmt: skip
+            kv_state = self.overlap_steps(step_args, n_block_max - 1, hi_end, kv_state, True)
+        kv_state = self.overlap_steps(step_args, hi_end, lo_end, kv_state, False)
         if const_expr(self.has_left):
-            for i in cutlass.range(lo_end - n_block_min, unroll=1):
-                kv_state = self.overlap_step(
-                    tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-                    pipe_k, pipe_v, block_info, lo_end - 1 - i, n_block_min, wg_idx, mask_args, kv_state,
-                    q_release, True,
-                )  # fmt: skip
+            kv_state = self.overlap_steps(step_args, lo_end, n_block_min, kv_state, True)
         self.kv_wait(pipe_v, kv_state)
         self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
         pipe_v.consumer_release(kv_state)
@@ -234,14 +223,21 @@ class MmaMainloops:
         return kv_state
 
     @cute.jit
-    def overlap_step(
-        self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-        pipe_k, pipe_v, block_info, n_block, n_block_min, wg_idx, mask_args, kv_state, q_release,
-        masked: cutlass.Constexpr[bool],
-    ):
+    def overlap_steps(self, step_args, end: Int32, begin: Int32, kv_state, masked: cutlass.Constexpr[bool]):
+        """`overlap_step` for key blocks end - 1 down to begin (none when end <= begin)."""
+        for i in cutlass.range(end - begin, unroll=1):
+            kv_state = self.overlap_step(step_args, end - 1 - i, kv_state, masked)
+        return kv_state
+
+    @cute.jit
+    def overlap_step(self, step_args, n_block: Int32, kv_state, masked: cutlass.Constexpr[bool]):
         """One step of `mainloop_overlap`: issue S of block n_block and P V of the block before it,
         softmax the new S under the P V GEMM. kv_state: the previous block's stages on entry, this
         block's on return. masked=False: block n_block needs no mask (BlockInfo.unmasked_range)."""
+        (
+            tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
+            pipe_k, pipe_v, block_info, n_block_min, wg_idx, mask_args, q_release,
+        ) = step_args  # fmt: skip
         v_state = kv_state.clone()
         kv_state.advance()
         self.kv_wait(pipe_k, kv_state)
