@@ -9,6 +9,7 @@ GPU, inputs and dtype. Not run in CI (no GPU): `python -m pytest tests/gpu -m gp
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -31,7 +32,9 @@ TOL = {torch.float16: 1e-2, torch.bfloat16: 5e-2}  # vs sdpa in the same half dt
 
 
 def _seed() -> int:
-    return int(torch.randint(0, 2**31 - 1, ()).item())
+    """A fresh seed per test (printed in its failure message); RAGGED_ATTN_TEST_SEED replays one."""
+    fixed = os.environ.get("RAGGED_ATTN_TEST_SEED")
+    return int(fixed) if fixed else int(torch.randint(0, 2**31 - 1, ()).item())
 
 
 def _pair(make, dtype):
@@ -69,6 +72,12 @@ def _llama(impl):
 @pytest.fixture(scope="module")
 def llama():
     return _pair(_llama, torch.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def llama_fp32(llama):
+    """The sdpa model of `llama` in float32: the oracle both bf16 runs are measured against."""
+    return copy.deepcopy(llama[1]).float()
 
 
 def _padded(g, lens, vocab, side, low=0):
@@ -123,7 +132,11 @@ def test_minilm_fp16_packed_on_the_kernel(minilm):
 
 @pytest.mark.parametrize("form", ["right", "left", "packed", "packed-cu-seq-lens"])
 @torch.no_grad()
-def test_llama_gqa_bf16_on_the_kernel(llama, form):
+def test_llama_gqa_bf16_on_the_kernel(llama, llama_fp32, form):
+    """bf16 against a float32 oracle: ours may be off by at most twice sdpa's own bf16 error plus
+    1e-2 (DESIGN.md's rule after FA4's). Comparing the two bf16 runs directly tripped a 5e-2 bound
+    on one bf16 ulp at |x| ~ 4.7 with ours and sdpa equally far from float32 (H200, 2026-12-02,
+    tools/llama_err_vs_fp32.py: 0.040-0.050 each)."""
     ours, ref = llama
     seed = _seed()
     g = torch.Generator().manual_seed(seed)
@@ -133,17 +146,20 @@ def test_llama_gqa_bf16_on_the_kernel(llama, form):
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         a = ours.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).last_hidden_state
         b = ref.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).last_hidden_state
-        err = _err(a, b, mask)
+        c = llama_fp32.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).last_hidden_state
+        err, err_ref = _err(a, c, mask), _err(b, c, mask)
     else:
         seqs = [torch.randint(0, 512, (n,), generator=g).tolist() for n in lens]
         collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=form == "packed-cu-seq-lens")
         batch = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in collate(
             [{"input_ids": t} for t in seqs]).items() if k != "labels"}
         a = ours.model(**batch, use_cache=False).last_hidden_state[0]
-        b = ref.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).last_hidden_state[0]
-        err = _err(a, b)
+        plain = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "use_cache": False}
+        b = ref.model(**plain).last_hidden_state[0]
+        c = llama_fp32.model(**plain).last_hidden_state[0]
+        err, err_ref = _err(a, c), _err(b, c)
     assert a.dtype == torch.bfloat16
-    assert err < TOL[torch.bfloat16], f"{form} seed {seed} lens {lens}: {err}"
+    assert err <= 2 * err_ref + 1e-2, f"{form} seed {seed} lens {lens}: {err} (sdpa bf16: {err_ref})"
 
 
 @torch.no_grad()

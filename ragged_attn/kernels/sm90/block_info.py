@@ -1,4 +1,4 @@
-"""Key-block range arithmetic for one (m_block, sequence) tile: which n_blocks to visit, which to mask.
+"""Key-block range arithmetic for one tile of a sequence: which n_blocks to visit, which to mask.
 
 Frame (FlashAttention's): with off = len_k - len_q (bottom-right alignment) or 0 (top-left),
 query row i sees key column j iff
@@ -7,8 +7,11 @@ Causal is right = 0 with no left bound. Unbounded sides are encoded as `UNBOUNDE
 positive window) so one formula serves every family; it keeps `i + off +/- UNBOUNDED` inside int32
 for any total length below 2**29 tokens.
 
-The visited key blocks [n_block_min, n_block_max) are the union over the tile's valid rows
-[m_block * tile_m, min((m_block + 1) * tile_m, len_q)); an empty range means every row of the tile
+A tile's rows span [row_lo, row_hi) (tile_scheduler.tile_rows: m_block * tile_m and the next
+tile's first row without GQA packing; with it, the row blocks of the warpgroups' items, whose
+query heads may differ but whose keys and mask frame are the sequence's). The visited key blocks
+[n_block_min, n_block_max) are the union over the valid rows [row_lo, min(row_hi, len_q)); an
+empty range means every row of the tile
 sees no key (O = 0, LSE = -inf). A block needs the element-wise mask only when it crosses len_k or
 one of the window edges of some row of the tile (`needs_mask`); interior blocks run unmasked.
 """
@@ -27,29 +30,29 @@ class BlockInfo:
 
     def __init__(
         self,
-        tile_m: int,
         tile_n: int,
         has_left: bool,
         has_right: bool,
-        m_block: Int32,
+        row_lo: Int32,
+        row_hi: Int32,
         len_q: Int32,
         len_k: Int32,
         off: Int32,
         left: Int32,
         right: Int32,
     ):
-        self.tile_m = tile_m
         self.tile_n = tile_n
         self.has_left = has_left
         self.has_right = has_right
-        self.m_block = m_block
+        self.row_lo = row_lo
+        self.row_hi = row_hi
         self.len_q = len_q
         self.len_k = len_k
         self.off = off
         self.left = left
         self.right = right
 
-    _dynamic = ("m_block", "len_q", "len_k", "off", "left", "right")
+    _dynamic = ("row_lo", "row_hi", "len_q", "len_k", "off", "left", "right")
 
     # Device values travel through runtime loops as a flat list of IR values.
     def __extract_mlir_values__(self):
@@ -57,7 +60,7 @@ class BlockInfo:
 
     def __new_from_mlir_values__(self, values):
         dyn = [Int32(v) for v in values]
-        return BlockInfo(self.tile_m, self.tile_n, self.has_left, self.has_right, *dyn)
+        return BlockInfo(self.tile_n, self.has_left, self.has_right, *dyn)
 
     @cute.jit
     def n_block_range(self):
@@ -65,11 +68,11 @@ class BlockInfo:
         n_block_max = (self.len_k + (self.tile_n - 1)) // self.tile_n
         n_block_min = Int32(0)
         if const_expr(self.has_right):
-            row_last = cutlass.min((self.m_block + 1) * self.tile_m, self.len_q) - 1
+            row_last = cutlass.min(self.row_hi, self.len_q) - 1
             col_end = cutlass.max(row_last + self.off + self.right + 1, 0)  # exclusive
             n_block_max = cutlass.min(n_block_max, (col_end + (self.tile_n - 1)) // self.tile_n)
         if const_expr(self.has_left):
-            col_begin = cutlass.max(self.m_block * self.tile_m + self.off - self.left, 0)
+            col_begin = cutlass.max(self.row_lo + self.off - self.left, 0)
             n_block_min = col_begin // self.tile_n
         return n_block_min, n_block_max
 
@@ -102,29 +105,30 @@ class BlockInfo:
         block crosses len_k or the right bound."""
         n_hi = self.len_k // self.tile_n
         if const_expr(self.has_right):
-            r_end = cutlass.max(self.m_block * self.tile_m + self.off + self.right + 1, 0)
+            r_end = cutlass.max(self.row_lo + self.off + self.right + 1, 0)
             n_hi = cutlass.min(n_hi, r_end // self.tile_n)
         n_lo = Int32(0)
         if const_expr(self.has_left):
-            l_first = cutlass.max((self.m_block + 1) * self.tile_m - 1 + self.off - self.left, 0)
+            l_first = cutlass.max(self.row_hi - 1 + self.off - self.left, 0)
             n_lo = (l_first + (self.tile_n - 1)) // self.tile_n
         return n_lo, n_hi
 
     @cute.jit
     def needs_mask(self, n_block: Int32) -> cutlass.Boolean:
-        """True when some element of block (m_block, n_block) is masked for some row of the tile."""
+        """True when some element of key block n_block is masked for some row of [row_lo, row_hi)."""
         col_first = n_block * self.tile_n
         col_last = col_first + (self.tile_n - 1)
         need = col_last >= self.len_k
         if const_expr(self.has_right):
-            need = need | (col_last > self.m_block * self.tile_m + self.off + self.right)
+            need = need | (col_last > self.row_lo + self.off + self.right)
         if const_expr(self.has_left):
-            need = need | (col_first < (self.m_block + 1) * self.tile_m - 1 + self.off - self.left)
+            need = need | (col_first < self.row_hi - 1 + self.off - self.left)
         return need
 
 
 def unmasked_range_ref(tile_m, tile_n, m_block, len_k, off, left, right):
-    """Pure-Python twin of `BlockInfo.unmasked_range` (left/right None = unbounded), for tests."""
+    """Pure-Python twin of `BlockInfo.unmasked_range` for rows [m_block * tile_m, (m_block + 1) * tile_m)
+    (left/right None = unbounded), for tests."""
     n_hi = len_k // tile_n
     if right is not None:
         n_hi = min(n_hi, max(m_block * tile_m + off + right + 1, 0) // tile_n)

@@ -1,4 +1,4 @@
-"""Epilogue of the sm_90a forward kernel: O and LSE stores for one (m_block, head, sequence) tile.
+"""Epilogue of the sm_90a forward kernel: O and LSE stores for one tile (or one warpgroup's item of it).
 
 O goes registers -> smem (its own buffer, stmatrix), then either one TMA store per warpgroup of
 64 rows that all lie below len_q (`o_tma`: the async proxy reads sO; the next epilogue's first
@@ -39,8 +39,8 @@ def store_tile(
     mLSE: Optional[cute.Tensor],
     seqlen: SeqlenInfo,
     tidx: Int32,
-    m_block: Int32,
-    head_idx: Int32,
+    row0: Int32,  # the sequence row of tile row 0: m_block * tile_m, or per warpgroup 64 * (row block - wg_idx)
+    head_idx: Int32,  # the query head of these rows (per warpgroup with GQA packing)
     batch_idx: Int32,
     lse_s_max: Int32,
     lse_s_b: Int64,
@@ -86,14 +86,14 @@ def store_tile(
     ).get_slice(tidx)
     cute.copy(smem_copy, smem_copy.retile(rO), smem_copy.partition_D(sO))
 
-    rows_left = seqlen.len_q - m_block * tile_m  # > 0 here
+    rows_left = seqlen.len_q - row0  # may be <= 0 for a warpgroup whose item lies past len_q
     if const_expr(has_lse):
         cO = cute.make_identity_tensor((tile_m, d_v))
         tOcO = acc_rows_view(tiled_mma_pv.get_slice(tidx).partition_C(cO))
         if tOcO[0, 0][1] == 0:  # the thread of each quad that holds column 0
             for r in cutlass.range_constexpr(cute.size(tOcO, mode=[0])):
                 row_in_tile = tOcO[r, 0][0]
-                row = m_block * tile_m + row_in_tile
+                row = row0 + row_in_tile
                 idx = lse_index(seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
                 if row_in_tile < rows_left:
                     mLSE[idx] = lse2[r] * lse_scale
@@ -115,7 +115,7 @@ def store_tile(
                 gO_tma = cute.local_tile(
                     cute.domain_offset((seqlen.offset_q, 0), tma_O[None, None, head_idx]),
                     (rows, d_v),
-                    (m_block * (tile_m // rows) + part, 0),
+                    ((row0 + part * rows) // rows, 0),
                 )
                 tOsO_tma, tOgO_tma = cpasync.tma_partition(
                     tma_atom_O, 0, cute.make_layout(1),
@@ -125,10 +125,10 @@ def store_tile(
                 cute.copy(tma_atom_O, tOsO_tma, tOgO_tma)
                 cute.arch.cp_async_bulk_commit_group()
         else:
-            store_rows(gmem_tiled_copy_O, sO, mO, seqlen, tidx, m_block, head_idx, rows_left, part, rows, tile_m, d_v, out_dtype)
+            store_rows(gmem_tiled_copy_O, sO, mO, seqlen, tidx, row0, head_idx, rows_left, part, rows, tile_m, d_v, out_dtype)
     else:
         store_rows(
-            gmem_tiled_copy_O, sO, mO, seqlen, tidx, m_block, head_idx, rows_left, part, rows, tile_m, d_v,
+            gmem_tiled_copy_O, sO, mO, seqlen, tidx, row0, head_idx, rows_left, part, rows, tile_m, d_v,
             out_dtype, release_q, q_state,
         )  # fmt: skip
 
@@ -139,7 +139,7 @@ def store_rows(
     mO: cute.Tensor,
     seqlen: SeqlenInfo,
     tidx: Int32,
-    m_block: Int32,
+    row0: Int32,
     head_idx: Int32,
     rows_left: Int32,
     part: Int32,
@@ -165,7 +165,7 @@ def store_rows(
     gO = cute.local_tile(
         cute.domain_offset((seqlen.offset_q, 0), mO[None, head_idx, None]),
         (rows, d_v),
-        (m_block * (tile_m // rows) + part, 0),
+        ((row0 + part * rows) // rows, 0),
     )
     rows_left = rows_left - part * rows  # may be <= 0: this warpgroup's rows are all past len_q
     tOgO = gmem_copy.partition_D(gO)

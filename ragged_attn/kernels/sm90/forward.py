@@ -2,12 +2,14 @@
 
 Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the persistent loop):
 - Persistent: at most one CTA per SM (`num_ctas`, the run-time SM count); each takes
-  (m_block, query head, sequence) tiles from a tile counter until none is left
-  (tile_scheduler.py: the linear order, longest-first, L2 head groups; `next_tile` here: the
+  (unit, tile, sequence) tiles from a tile counter until none is left (tile_scheduler.py: the
+  linear order, longest-first, L2 head groups, and GQA packing: a unit is a K/V head whose query
+  heads' 64-row blocks fill the tile's warpgroups one each, or a query head; `next_tile` here: the
   counter, which every launch leaves at 0). Ragged K/V: warp 0 of the producer warpgroup takes
   each ticket, decodes the tile (the whole warp searches cu_seqlens_q) and hands the decoded tile
-  (head, m_block, sequence, offsets, lengths) to the MMA warpgroups (and, paged, to the other
-  three producer warps, which gather K/V beside it) through a 2-slot smem pipeline.
+  (unit, tile, sequence, offsets, lengths) to the MMA warpgroups (and, paged, to the other
+  three producer warps, which gather K/V beside it) through a 2-slot smem pipeline. Q arrives in
+  one TMA load per MMA warpgroup (its item's rows).
 - 3 or 4 warpgroups, 384 or 512 threads (2 or 3 MMA warpgroups: tile_m 128 or 192). Warpgroup 0 is the producer: its warp 0 issues TMA loads of Q
   (`q_stages` buffers: 2 where O has its own buffer) and of K and V (two `PipelineTmaAsync`s,
   `num_stages` deep), walking the key blocks from the last one down. The K/V stages run on across
@@ -26,8 +28,9 @@ Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the pers
   or packed (total_q // tile_m + B slots in all, sequence b from cu_seqlens_q[b] // tile_m + b on,
   found by binary search), whichever has fewer; packed only without a padded LSE. A slot without
   query rows computes nothing and only gets -inf in its padded LSE rows [len_q, lse_s_max).
-- Non-packed GQA: query head h reads key/value head h // (H_q // H_kv), the ratio read from the
-  tensor extents at run time.
+- GQA: query head h reads key/value head h // (H_q // H_kv), the ratio read from the tensor
+  extents at run time; with GQA packing (TileConfig.pack_gqa, classes whose warpgroups store their
+  own O) a tile's warpgroups may hold different query heads of one K/V head.
 - Every number is run time (lengths, heads, strides, scale, window, alignment, LSE addressing,
   the real head dims); compile-time choices are only those of the `LayoutClass` (dims, dtypes,
   mask family, LSE, KV) and its tile config (tile_config.py).
@@ -65,19 +68,19 @@ from cutlass.tensor_utils import LayoutEnum
 from .block_info import UNBOUNDED, BlockInfo
 from .epilogue import lse_index, store_tile
 from .mainloop import SCHED_BARRIER_BASE, MmaMainloops
-from .paged_kv import PRODUCER_THREADS, PagedKV, make_gather_copy
+from .paged_kv import PAGE_CHUNK_ROWS, PRODUCER_THREADS, PagedKV, chunk_page, load_block_tma, make_gather_copy
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes
-from .tile_scheduler import decode_tile, total_tiles
+from .tile_scheduler import PACK_MIN_SAVING, ROW_BLOCK, decode_tile, slot_slack, tile_item, tile_rows, total_tiles
 
 LOG2_E = math.log2(math.e)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
 EPILOGUE_WG_BARRIER_BASE = 5  # ids 5 .. 7: one MMA warpgroup's own epilogue (wg_epilogue)
 REGISTERS_PER_SM = 65536
 TILE_STAGES = 2  # decoded tiles the producer warp may hand the MMA warpgroups ahead
-# One handed-over tile, Int32 words: go (0: no tile left), head_idx, m_block, batch_idx,
-# offset_q, offset_k, len_q, len_k.
+# One handed-over tile, Int32 words: go (0: no tile left), unit, tile, batch_idx, offset_q,
+# offset_k, len_q, len_k (tile_scheduler.py: a unit is a query head, or a K/V head with GQA packing).
 TILE_WORDS = 8
 
 
@@ -128,6 +131,8 @@ class RaggedForwardSm90(MmaMainloops):
         self.mask = mask
         self.has_lse = has_lse
         self.paged = paged
+        # Full key blocks of paged pools by TMA (tile_config.py: measured slower than the gather).
+        self.paged_tma = paged and config.paged_tma
         if paged:
             self.producer_regs = self.producer_regs_paged
         # What the producer warpgroup leaves, split over the MMA warpgroups (setmaxnreg takes
@@ -150,6 +155,9 @@ class RaggedForwardSm90(MmaMainloops):
         # Q released after each warpgroup's last S GEMM (the overlapped, skipping mainloop), not
         # after the tile's mainloop; O in Q's buffer keeps Q until the epilogue has read O back.
         self.early_q_release = config.early_q_release and self.wg_skip and not alias
+        # GQA packing (tile_scheduler.py): each warpgroup's item may be another query head's rows,
+        # so each warpgroup stores its own O and LSE (wg_epilogue) and masks with its own rows.
+        self.pack_gqa = config.pack_gqa and self.wg_epilogue and self.wg_skip
         self.q_stages = config.q_stages
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
@@ -227,8 +235,20 @@ class RaggedForwardSm90(MmaMainloops):
         tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(
             load_op, mQt, cute.select(sQ_layout, mode=[0, 1]), (self.tile_m, self.d_qk)
         )
+        tma_atom_Qw, tma_Qw = None, None
+        if const_expr(self.pack_gqa):
+            # Packed tiles: one warpgroup's 64 rows per load (its item: a row block of one query
+            # head), into its slice of the tile's buffer (same swizzle).
+            sQ_wg_layout = cute.composition(
+                cute.select(sQ_layout, mode=[0, 1]), cute.make_layout((ROW_BLOCK, self.d_qk), stride=(1, self.tile_m))
+            )
+            tma_atom_Qw, tma_Qw = cpasync.make_tiled_tma_atom(load_op, mQt, sQ_wg_layout, (ROW_BLOCK, self.d_qk))
+        tma_atom_Kp, tma_Kp, tma_atom_Vp, tma_Vp = None, None, None, None
         if const_expr(self.paged):
-            # The pools themselves go to the kernel; one cp.async tiled copy serves K and V.
+            # The pools themselves go to the kernel; one cp.async tiled copy serves K and V (with
+            # paged_tma only the key blocks that cross len_k, or every block when the page size is
+            # not a multiple of PAGE_CHUNK_ROWS: the other blocks arrive by TMA, PAGE_CHUNK_ROWS
+            # rows (one page's) per load, over the pools viewed as (page_size, d, H_kv, num_pages)).
             tma_K, tma_V = mK, mV
             tma_atom_K = make_gather_copy(self.dtype, self.d_qk, self.d_v, self.tile_n)
             tma_atom_V = tma_atom_K
@@ -241,6 +261,19 @@ class RaggedForwardSm90(MmaMainloops):
             tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(
                 load_op, mVt, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.d_v)
             )
+        if const_expr(self.paged_tma):
+            mKp = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[1, 3, 2, 0]))
+            mVp = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[1, 3, 2, 0]))
+            sK_chunk = cute.composition(
+                cute.select(sK_layout, mode=[0, 1]),
+                cute.make_layout((PAGE_CHUNK_ROWS, self.d_qk), stride=(1, self.tile_n)),
+            )
+            sV_chunk = cute.composition(
+                cute.select(sV_layout, mode=[0, 1]),
+                cute.make_layout((PAGE_CHUNK_ROWS, self.d_v), stride=(1, self.tile_n)),
+            )
+            tma_atom_Kp, tma_Kp = cpasync.make_tiled_tma_atom(load_op, mKp, sK_chunk, (PAGE_CHUNK_ROWS, self.d_qk))
+            tma_atom_Vp, tma_Vp = cpasync.make_tiled_tma_atom(load_op, mVp, sV_chunk, (PAGE_CHUNK_ROWS, self.d_v))
         self.bytes_q = cute.size_in_bytes(self.dtype, cute.select(sQ_layout, mode=[0, 1]))
         self.bytes_k = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
         self.bytes_v = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
@@ -270,15 +303,22 @@ class RaggedForwardSm90(MmaMainloops):
         SharedStorage = self.storage_struct(sQ_layout, sK_layout, sV_layout, sO_layout)
         assert SharedStorage.size_in_bytes() == self.smem_planned, "tile_config.smem_bytes is out of date"
 
-        # Tile slots per query head, per sequence (tiles_max each, padded LSE rows need them) or
-        # packed by cu_seqlens_q (total_q // tile_m + B in all), whichever is fewer; packed only
-        # without a padded LSE (tile_scheduler.py). One persistent CTA per SM walks them.
-        q_rows = cutlass.max(max_seqlen_q, lse_s_max)
-        tiles_max = q_rows // self.tile_m + Int32(q_rows % self.tile_m != 0)  # ceil without overflow near 2**31
-        slots = cute.size(mQ.shape[0]) // self.tile_m + batch
-        fewer = Int32(Int64(slots) < Int64(tiles_max) * Int64(batch))
-        packed = Int32(lse_s_max == 0) * fewer
-        num_tiles = total_tiles(cute.size(mQ.shape[1]), cute.size(mQ.shape[0]), batch, tiles_max, packed, self.tile_m)
+        # Tile slots per unit (a query head, or a K/V head with GQA packing), per sequence
+        # (tiles_max each, padded LSE rows need them) or packed by cu_seqlens_q, whichever is
+        # fewer; packed only without a padded LSE (tile_scheduler.py). GQA packing is a run-time
+        # choice: taken where it saves at least PACK_MIN_SAVING of the tiles. One persistent CTA
+        # per SM walks them.
+        num_heads = cute.size(mQ.shape[1])
+        num_heads_kv = cute.size(mK.shape[2]) if const_expr(self.paged) else cute.size(mK.shape[1])
+        total_q = cute.size(mQ.shape[0])
+        pack_r = Int32(1)
+        tiles_max, packed, num_tiles = self.tile_counts(pack_r, num_heads, total_q, batch, max_seqlen_q, lse_s_max)
+        if const_expr(self.pack_gqa):
+            ratio = num_heads // num_heads_kv
+            tiles_max_p, packed_p, num_tiles_p = self.tile_counts(ratio, num_heads, total_q, batch, max_seqlen_q, lse_s_max)
+            if num_tiles_p * Int64(PACK_MIN_SAVING[1]) <= num_tiles * Int64(PACK_MIN_SAVING[1] - PACK_MIN_SAVING[0]):
+                pack_r = ratio
+                tiles_max, packed, num_tiles = tiles_max_p, packed_p, num_tiles_p
         grid_x = Int32(cutlass.min(num_tiles, Int64(cutlass.max(num_ctas, 1))))
         scale_log2 = softmax_scale * Float32(LOG2_E)
         self.kernel(
@@ -298,9 +338,16 @@ class RaggedForwardSm90(MmaMainloops):
             tma_atom_V,
             tma_atom_O,
             tma_O,
+            tma_atom_Kp,
+            tma_Kp,
+            tma_atom_Vp,
+            tma_Vp,
+            tma_atom_Qw,
+            tma_Qw,
             packed,
             tiles_max,
             num_tiles,
+            pack_r,
             use_seqused_q,
             use_seqused_k,
             lse_s_max,
@@ -327,6 +374,20 @@ class RaggedForwardSm90(MmaMainloops):
             stream=stream,
             min_blocks_per_mp=1,
         )
+
+    @cute.jit
+    def tile_counts(self, pack_r: Int32, num_heads: Int32, total_q: Int32, batch: Int32, max_seqlen_q: Int32, lse_s_max: Int32):
+        """(tiles_max, packed, num_tiles) of the linear tile order with pack_r query heads per unit
+        (tile_scheduler.py; its launch_schedule_ref is the Python twin)."""
+        num_wg = self.num_mma_warpgroups
+        q_rows = cutlass.max(max_seqlen_q, lse_s_max)
+        row_blocks = q_rows // ROW_BLOCK + Int32(q_rows % ROW_BLOCK != 0)  # ceil without overflow near 2**31
+        tiles_max = Int32((Int64(pack_r) * Int64(row_blocks) + Int64(num_wg - 1)) // Int64(num_wg))
+        slots = Int64(pack_r) * Int64(total_q) // Int64(self.tile_m) + Int64(batch) * Int64(slot_slack(pack_r, num_wg))
+        fewer = Int32(slots < Int64(tiles_max) * Int64(batch))
+        packed = Int32(lse_s_max == 0) * fewer
+        num_tiles = total_tiles(num_heads // pack_r, total_q, batch, tiles_max, packed, pack_r, self.tile_m)
+        return tiles_max, packed, num_tiles
 
     def storage_struct(self, sQ_layout, sK_layout, sV_layout, sO_layout):
         """The shared-memory struct (plain Python at trace time): barriers, Q, K and V stages, and
@@ -368,9 +429,16 @@ class RaggedForwardSm90(MmaMainloops):
         tma_atom_V: cute.CopyAtom,
         tma_atom_O: Optional[cute.CopyAtom],  # tma_o_store: one warpgroup's 64 O rows per store
         tma_O: Optional[cute.Tensor],  # tma_o_store: TMA coordinates over (total_q, d_v, H_q)
+        tma_atom_Kp: Optional[cute.CopyAtom],  # paged: TMA of PAGE_CHUNK_ROWS K rows of one page
+        tma_Kp: Optional[cute.Tensor],  # paged: TMA coordinates over (page_size, d_qk, H_kv, num_pages)
+        tma_atom_Vp: Optional[cute.CopyAtom],
+        tma_Vp: Optional[cute.Tensor],
+        tma_atom_Qw: Optional[cute.CopyAtom],  # pack_gqa: TMA of one warpgroup's 64 Q rows
+        tma_Qw: Optional[cute.Tensor],  # pack_gqa: TMA coordinates over (total_q, d_qk, H_q)
         packed: Int32,  # 1: tile slots packed by sequence, 0: tiles_max per sequence (tile_scheduler.py)
         tiles_max: Int32,
         num_tiles: Int64,  # linear tile indices in all
+        pack_r: Int32,  # query heads per unit: H_q / H_kv with GQA packing, else 1 (tile_scheduler.py)
         use_seqused_q: Int32,
         use_seqused_k: Int32,
         lse_s_max: Int32,
@@ -395,9 +463,14 @@ class RaggedForwardSm90(MmaMainloops):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
             cpasync.prefetch_descriptor(tma_atom_Q)
+            if const_expr(self.pack_gqa):
+                cpasync.prefetch_descriptor(tma_atom_Qw)
             if const_expr(not self.paged):
                 cpasync.prefetch_descriptor(tma_atom_K)
                 cpasync.prefetch_descriptor(tma_atom_V)
+            if const_expr(self.paged_tma):
+                cpasync.prefetch_descriptor(tma_atom_Kp)
+                cpasync.prefetch_descriptor(tma_atom_Vp)
         if const_expr(self.tma_o_store):
             if warp_idx % 4 == 0 and warp_idx >= 4:  # the warp of each MMA warpgroup that stores O
                 cpasync.prefetch_descriptor(tma_atom_O)
@@ -474,11 +547,13 @@ class RaggedForwardSm90(MmaMainloops):
         sVt = cute.composition(
             sV, cute.make_ordered_layout((self.d_v, self.tile_n, self.num_stages), order=(1, 0, 2))
         )
+        ratio = cute.size(tma_Q.shape[2]) // cute.size(tma_K.shape[2])
         sched = (
-            num_tiles, cute.size(tma_Q.shape[2]), cute.size(tma_K.shape[2]), tiles_max, packed,
+            num_tiles, cute.size(tma_Q.shape[2]) // pack_r, pack_r, ratio, tiles_max, packed,
             mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
         )  # fmt: skip
-        handoff = (pipe_tile, sTile, mTileCounter)
+        handoff = (pipe_tile, sTile, mTileCounter, pack_r)
+        q_tma = (tma_Q, tma_Qw, tma_atom_Qw)  # the producer's Q loads (load_q)
         lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
         mask_numbers = (window_left, window_right, bottom_right)
         pipeline.pipeline_init_wait()
@@ -487,13 +562,14 @@ class RaggedForwardSm90(MmaMainloops):
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if const_expr(self.paged):
                 self.load_paged(
-                    tma_Q, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
+                    q_tma, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
                     pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff, lse_args, warp_idx,
+                    (tma_atom_Kp, tma_Kp, tma_atom_Vp, tma_Vp),
                 )  # fmt: skip
             else:
                 if warp_idx == 0:
                     self.load(
-                        tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
+                        q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
                         pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff, lse_args,
                     )  # fmt: skip
         else:
@@ -507,19 +583,20 @@ class RaggedForwardSm90(MmaMainloops):
     # ------------------------------------------------------------------ the persistent schedule
     @cute.jit
     def tile_at(self, t: Int64, sched, mask_numbers):
-        """Decode linear tile index t (tile_scheduler.py) into (head_idx, m_block, batch_idx,
-        has_rows, seqlen, block_info); a whole warp decodes t together."""
-        _, num_heads, num_heads_kv, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k = sched
-        head_idx, m_block, batch_idx, has_rows, seqlen = decode_tile(
-            t, num_heads, num_heads_kv, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
+        """Decode linear tile index t (tile_scheduler.py) into (unit, tile, batch_idx, has_rows,
+        seqlen, block_info); a whole warp decodes t together."""
+        _, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k = sched
+        unit, tile, batch_idx, has_rows, seqlen = decode_tile(
+            t, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
             self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8),
         )  # fmt: skip
-        block_info = self.block_info_of(m_block, seqlen, mask_numbers)
-        return head_idx, m_block, batch_idx, has_rows, seqlen, block_info
+        block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers)
+        return unit, tile, batch_idx, has_rows, seqlen, block_info
 
     @cute.jit
-    def block_info_of(self, m_block: Int32, seqlen: SeqlenInfo, mask_numbers) -> BlockInfo:
-        """The key-block arithmetic of tile m_block of a sequence (block_info.py)."""
+    def block_info_of(self, tile: Int32, pack_r: Int32, seqlen: SeqlenInfo, mask_numbers) -> BlockInfo:
+        """The key-block arithmetic of a sequence's tile `tile` (block_info.py) over the rows its
+        warpgroups' items span (tile_scheduler.tile_rows)."""
         window_left, window_right, bottom_right = mask_numbers
         off = Int32(0)
         if const_expr(self.has_right):
@@ -533,16 +610,16 @@ class RaggedForwardSm90(MmaMainloops):
             right = Int32(UNBOUNDED)
             if window_right >= 0:
                 right = window_right
+        row_lo, row_hi = tile_rows(tile, pack_r, self.num_mma_warpgroups)
         return BlockInfo(
-            self.tile_m, self.tile_n, self.has_left, self.has_right, m_block, seqlen.len_q, seqlen.len_k,
-            off, left, right,
+            self.tile_n, self.has_left, self.has_right, row_lo, row_hi, seqlen.len_q, seqlen.len_k, off, left, right,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ producer warp
     @cute.jit
     def load(
         self,
-        tma_Q: cute.Tensor,
+        q_tma,  # (tma_Q, tma_Qw, tma_atom_Qw): load_q
         tma_K: cute.Tensor,
         tma_V: cute.Tensor,
         sQ: cute.Tensor,
@@ -566,32 +643,31 @@ class RaggedForwardSm90(MmaMainloops):
         the MMA warpgroups finish the current one. A tile without query rows (per-sequence slots
         past len_q) only gets its padded LSE rows' -inf, written here. Then the next index
         (`next_tile`); past the last, a tile with go = 0 tells the MMA warpgroups to stop."""
-        ratio = cute.size(tma_Q.shape[2]) // cute.size(tma_K.shape[2])
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
-        loads = (tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, ratio)
+        loads = (q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched)
         self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_tile, loads, q_state, kv_state)
 
     @cute.jit
     def producer_walk(self, sched, mask_numbers, handoff, lse_args, load_one, loads, q_state, kv_state):
         """Producer warp 0's walk over this CTA's tiles, ragged and paged alike: decode each
         ticket's tile (the whole warp), hand a tile with query rows over (`hand_over`) and load it
-        with `load_one(loads, seqlen, block_info, m_block, head_idx, batch_idx, q_state, kv_state)
+        with `load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state)
         -> (q_state, kv_state)` (`load_tile` or `load_paged_tile`), or write a row-less tile's
         padded LSE -inf; then the next ticket (`next_tile`). Past the last, a tile with go = 0
         tells the readers to stop."""
-        pipe_tile, sTile, mTileCounter = handoff
+        pipe_tile, sTile, mTileCounter, pack_r = handoff
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_STAGES)
         num_tiles = sched[0]
         lane = cute.arch.lane_idx()
         t = Int64(cute.arch.block_idx()[0])
         while t < num_tiles:
-            head_idx, m_block, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
+            unit, tile, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
             if has_rows != 0:
-                tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(1), head_idx, m_block, batch_idx, seqlen)
-                q_state, kv_state = load_one(loads, seqlen, block_info, m_block, head_idx, batch_idx, q_state, kv_state)
+                tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(1), unit, tile, batch_idx, seqlen)
+                q_state, kv_state = load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state)
             else:
-                self.fill_padded_lse(lse_args, seqlen, batch_idx, head_idx, m_block, lane, 32)
+                self.fill_padded_lse(lse_args, seqlen, batch_idx, unit, tile, pack_r, lane, 32)
             t = self.next_tile(t, num_tiles, mTileCounter)
         none = SeqlenInfo(Int32(0), Int32(0), Int32(0), Int32(0))
         tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(0), Int32(0), Int32(0), Int32(0), none)
@@ -599,16 +675,16 @@ class RaggedForwardSm90(MmaMainloops):
     @cute.jit
     def reader_walk(self, handoff, mask_numbers, run_one, run_args, q_state, kv_state):
         """The walk of everyone who reads the handed-over tiles (the MMA warpgroups; paged, also
-        producer warps 1-3): `run_one(run_args, seqlen, block_info, m_block, head_idx, batch_idx,
+        producer warps 1-3): `run_one(run_args, seqlen, block_info, tile, unit, batch_idx,
         q_state, kv_state) -> (q_state, kv_state)` (`mma_tile` or `load_paged_tile`) per tile,
         until one with go = 0."""
-        pipe_tile, sTile, _ = handoff
+        pipe_tile, sTile, _, pack_r = handoff
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
-        go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
+        go, unit, tile, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
         while go != 0:
-            block_info = self.block_info_of(m_block, seqlen, mask_numbers)
-            q_state, kv_state = run_one(run_args, seqlen, block_info, m_block, head_idx, batch_idx, q_state, kv_state)
-            go, head_idx, m_block, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
+            block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers)
+            q_state, kv_state = run_one(run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state)
+            go, unit, tile, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
 
     @cute.jit
     def next_tile(self, t: Int64, num_tiles: Int64, mTileCounter: cute.Tensor) -> Int64:
@@ -631,7 +707,7 @@ class RaggedForwardSm90(MmaMainloops):
 
     @cute.jit
     def hand_over(
-        self, pipe_tile, sTile: cute.Tensor, tile_state, go: Int32, head_idx: Int32, m_block: Int32,
+        self, pipe_tile, sTile: cute.Tensor, tile_state, go: Int32, unit: Int32, tile: Int32,
         batch_idx: Int32, seqlen: SeqlenInfo,
     ):  # fmt: skip
         """Producer warp -> MMA warpgroups: one decoded tile (TILE_WORDS) through the tile
@@ -640,7 +716,7 @@ class RaggedForwardSm90(MmaMainloops):
         pipe_tile.producer_acquire(tile_state)
         if cute.arch.lane_idx() == 0:
             i = tile_state.index
-            words = (go, head_idx, m_block, batch_idx, seqlen.offset_q, seqlen.offset_k, seqlen.len_q, seqlen.len_k)
+            words = (go, unit, tile, batch_idx, seqlen.offset_q, seqlen.offset_k, seqlen.len_q, seqlen.len_k)
             for w in cutlass.range_constexpr(TILE_WORDS):
                 sTile[w, i] = words[w]
         pipe_tile.producer_commit(tile_state)
@@ -649,43 +725,90 @@ class RaggedForwardSm90(MmaMainloops):
 
     @cute.jit
     def take_over(self, pipe_tile, sTile: cute.Tensor, tile_state):
-        """MMA threads: the next decoded tile, (go, head_idx, m_block, batch_idx, seqlen, tile_state)."""
+        """MMA threads: the next decoded tile, (go, unit, tile, batch_idx, seqlen, tile_state)."""
         pipe_tile.consumer_wait(tile_state)
         i = tile_state.index
-        go, head_idx, m_block, batch_idx = sTile[0, i], sTile[1, i], sTile[2, i], sTile[3, i]
+        go, unit, tile, batch_idx = sTile[0, i], sTile[1, i], sTile[2, i], sTile[3, i]
         seqlen = SeqlenInfo(sTile[4, i], sTile[5, i], sTile[6, i], sTile[7, i])
         pipe_tile.consumer_release(tile_state)
         tile_state.advance()
-        return go, head_idx, m_block, batch_idx, seqlen, tile_state
+        return go, unit, tile, batch_idx, seqlen, tile_state
 
     @cute.jit
-    def fill_padded_lse(self, lse_args, seqlen, batch_idx, head_idx, m_block, first: Int32, step: cutlass.Constexpr[int]):
-        """-inf into the padded LSE rows of a tile past len_q: rows first, first + step, ... of the
-        tile that are < lse_s_max (none when lse_s_max is 0)."""
+    def fill_padded_lse(
+        self, lse_args, seqlen, batch_idx, unit, tile, pack_r, first: Int32, step: cutlass.Constexpr[int]
+    ):  # fmt: skip
+        """-inf into the padded LSE rows of a tile past len_q: of each warpgroup's item (a row
+        block of one query head), rows first, first + step, ... that are < lse_s_max (none when
+        lse_s_max is 0)."""
         if const_expr(self.has_lse):
             mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h = lse_args
-            for r in cutlass.range_constexpr((self.tile_m + step - 1) // step):
-                row_in_tile = first + r * step
-                row = m_block * self.tile_m + row_in_tile
-                if row_in_tile < self.tile_m:
-                    if row < lse_s_max:
-                        idx = lse_index(seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
-                        mLSE[idx] = -Float32.inf
+            for w in cutlass.range_constexpr(self.num_mma_warpgroups):
+                row_block, head_idx = tile_item(unit, tile, w, pack_r, self.num_mma_warpgroups)
+                for r in cutlass.range_constexpr((ROW_BLOCK + step - 1) // step):
+                    row_in_block = first + r * step
+                    row = row_block * ROW_BLOCK + row_in_block
+                    if row_in_block < ROW_BLOCK:
+                        if row < lse_s_max:
+                            idx = lse_index(seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
+                            mLSE[idx] = -Float32.inf
+
+    @cute.jit
+    def load_q(self, q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, unit: Int32, pack_r: Int32):
+        """Q of a tile into Q buffer q_state.index: one TMA load of tile_m rows of one head
+        (unpacked), or (packed, q_tma's per-warpgroup atom) one load per MMA warpgroup of its
+        item's 64 rows (a row block of one query head, tile_scheduler.tile_item) into its slice,
+        all on that stage's barrier (whose transaction count is the whole buffer's). Rows past
+        len_q arrive too (the next sequence's, or zeros past the tensor): nothing stores them."""
+        tma_Q, tma_Qw, tma_atom_Qw = q_tma
+        pipe_q.producer_acquire(q_state)
+        if const_expr(self.pack_gqa):
+            if pack_r != 1:
+                self.load_q_items(tma_Qw, sQ, tma_atom_Qw, pipe_q, q_state, seqlen, tile, unit, pack_r)
+            else:
+                self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
+        else:
+            self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
+
+    @cute.jit
+    def load_q_tile(self, tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, head_idx: Int32):
+        """One TMA load of rows tile * tile_m .. of query head head_idx (an unpacked tile)."""
+        gQ = cute.local_tile(
+            cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]), (self.tile_m, self.d_qk), (tile, 0)
+        )
+        tQsQ, tQgQ = cpasync.tma_partition(
+            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
+        )
+        cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+
+    @cute.jit
+    def load_q_items(self, tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, unit: Int32, pack_r: Int32):
+        """One TMA load per MMA warpgroup of its item's 64 rows (a packed tile)."""
+        sQ_stage = sQ[None, None, q_state.index]
+        for w in cutlass.range_constexpr(self.num_mma_warpgroups):
+            row_block, head_idx = tile_item(unit, tile, w, pack_r, self.num_mma_warpgroups)
+            gQ = cute.local_tile(
+                cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
+                (ROW_BLOCK, self.d_qk),
+                (row_block, 0),
+            )
+            tQsQ, tQgQ = cpasync.tma_partition(
+                tma_atom_Q, 0, cute.make_layout(1),
+                cute.group_modes(cute.local_tile(sQ_stage, (ROW_BLOCK, self.d_qk), (w, 0)), 0, 2),
+                cute.group_modes(gQ, 0, 2),
+            )  # fmt: skip
+            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
 
     @cute.jit
     def load_tile(
-        self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, m_block: Int32, head_idx: Int32, batch_idx: Int32,
+        self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
         q_state, kv_state,
     ):  # fmt: skip
         """Producer warp 0 (ragged): TMA loads of one tile's key blocks, last first, and Q after
         the first block's K (or alone when the tile sees no key). Returns (q_state, kv_state)."""
-        tma_Q, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, ratio = loads
-        head_kv = head_idx // ratio
-        gQ = cute.local_tile(
-            cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
-            (self.tile_m, self.d_qk),
-            (m_block, 0),
-        )
+        q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched = loads
+        pack_r, ratio = sched[2], sched[3]
+        head_kv = unit * pack_r // ratio  # every item of the tile reads this K/V head
         gK = cute.local_tile(
             cute.domain_offset((seqlen.offset_k, 0), tma_K[None, None, head_kv]),
             (self.tile_n, self.d_qk),
@@ -695,9 +818,6 @@ class RaggedForwardSm90(MmaMainloops):
             cute.domain_offset((seqlen.offset_k, 0), tma_V[None, None, head_kv]),
             (self.tile_n, self.d_v),
             (None, 0),
-        )
-        tQsQ, tQgQ = cpasync.tma_partition(
-            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
         )
         tKsK, tKgK = cpasync.tma_partition(
             tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2)
@@ -710,8 +830,7 @@ class RaggedForwardSm90(MmaMainloops):
         # Block i (i = 0 .. n_blocks - 1) is key block n_block_max - 1 - i; Q goes after block 0's K
         # (or alone when the tile sees no key).
         if n_blocks <= 0:
-            pipe_q.producer_acquire(q_state)
-            cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+            self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r)
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
             pipe_k.producer_acquire(kv_state)
@@ -722,8 +841,7 @@ class RaggedForwardSm90(MmaMainloops):
                 tma_bar_ptr=pipe_k.producer_get_barrier(kv_state),
             )
             if i == 0:
-                pipe_q.producer_acquire(q_state)
-                cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r)
             pipe_v.producer_acquire(kv_state)
             cute.copy(
                 tma_atom_V,
@@ -738,7 +856,7 @@ class RaggedForwardSm90(MmaMainloops):
     @cute.jit
     def load_paged(
         self,
-        tma_Q: cute.Tensor,
+        q_tma,  # (tma_Q, tma_Qw, tma_atom_Qw): load_q
         mK: cute.Tensor,  # (num_pages, page_size, H_kv, d_qk)
         mV: cute.Tensor,  # (num_pages, page_size, H_kv, d_v)
         mPageTable: cute.Tensor,  # (B, max_pages) int32
@@ -755,6 +873,7 @@ class RaggedForwardSm90(MmaMainloops):
         handoff,
         lse_args,
         warp_idx: Int32,
+        page_tma,  # (tma_atom_Kp, tma_Kp, tma_atom_Vp, tma_Vp)
     ):
         """Producer warpgroup of the paged class, on the dynamic schedule of the ragged one: warp 0
         takes the tickets, decodes each tile (the whole warp searches cu_seqlens_q) and hands it
@@ -763,7 +882,10 @@ class RaggedForwardSm90(MmaMainloops):
         the tile's key blocks (`load_paged_tile`). Past the last tile, go = 0 stops everyone."""
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
-        loads = (tma_Q, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx)
+        loads = (
+            q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched,
+            page_tma,
+        )  # fmt: skip
         if warp_idx == 0:
             self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_paged_tile, loads, q_state, kv_state)
         else:
@@ -772,55 +894,131 @@ class RaggedForwardSm90(MmaMainloops):
 
     @cute.jit
     def load_paged_tile(
-        self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, m_block: Int32, head_idx: Int32, batch_idx: Int32,
+        self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
         q_state, kv_state,
     ):  # fmt: skip
-        """All 128 producer threads: gather each key block's K and V rows of one tile (last block
-        first, as the MMA warpgroups consume); warp 0 issues Q's TMA after its share of the first
-        K block. Returns (q_state, kv_state)."""
-        tma_Q, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx = loads
-        ratio = cute.size(tma_Q.shape[2]) // cute.size(mK.shape[2])
+        """The 128 producer threads: each key block's K and V of one tile (last block first, as the
+        MMA warpgroups consume), and Q's TMA from warp 0 after the first block's K. A block whose
+        keys all lie below len_k, of a pool whose page size is a multiple of PAGE_CHUNK_ROWS,
+        arrives by TMA (warp 0 issues one load per PAGE_CHUNK_ROWS rows, each inside one page; the
+        other threads only arrive on the stage's barrier); any other block is gathered row by row
+        with cp.async, which zero-fills the rows past len_k (paged_kv.py: unused pool slots may
+        hold NaN). Returns (q_state, kv_state)."""
+        (
+            q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched,
+            page_tma,
+        ) = loads  # fmt: skip
+        tma_atom_Kp, tma_Kp, tma_atom_Vp, tma_Vp = page_tma
+        pack_r, ratio = sched[2], sched[3]
+        head_kv = unit * pack_r // ratio
         tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
-        gQ = cute.local_tile(
-            cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
-            (self.tile_m, self.d_qk),
-            (m_block, 0),
-        )
-        tQsQ, tQgQ = cpasync.tma_partition(
-            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
-        )
+        lane = cute.arch.lane_idx()
         kv = PagedKV.create(
-            mK, mV, mPageTable, batch_idx, head_idx // ratio, seqlen.len_k, tidx, gather_copy,
+            mK, mV, mPageTable, batch_idx, head_kv, seqlen.len_k, tidx, gather_copy,
             self.dtype, self.tile_n, self.d_qk, self.d_v,
         )  # fmt: skip
+        mPages = mPageTable[batch_idx, None]
+        page_size = cute.size(mK.shape[1])
+        page_tma_ok = Int32(page_size % PAGE_CHUNK_ROWS == 0)
+        full_end = seqlen.len_k // self.tile_n  # blocks below it hold no key past len_k
         n_block_min, n_block_max = block_info.n_block_range()
         n_blocks = n_block_max - n_block_min
         if n_blocks <= 0:
             if warp_idx == 0:
-                pipe_q.producer_acquire(q_state)
-                cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r)
+        # Page reads one block ahead: the gathered rows' (all threads) or the TMA chunks' (warp 0,
+        # lane c: chunk c), in flight during the stage waits.
+        page_lane = Int32(0)
         if n_blocks > 0:
-            kv.fetch_pages(n_block_max - 1)
+            if const_expr(self.paged_tma):
+                if page_tma_ok != 0 and n_block_max - 1 < full_end:
+                    if warp_idx == 0:
+                        page_lane = chunk_page(mPages, n_block_max - 1, lane, seqlen.len_k, page_size, self.tile_n)
+                else:
+                    kv.fetch_pages(n_block_max - 1)
+            else:
+                kv.fetch_pages(n_block_max - 1)
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
-            kv.resolve_rows(n_block)
-            if i + 1 < n_blocks:
-                kv.fetch_pages(n_block - 1)  # in flight during this block's stage waits
+            page_now = page_lane
+            by_tma = False
+            if const_expr(self.paged_tma):
+                by_tma = page_tma_ok != 0 and n_block < full_end
+                if not by_tma:
+                    kv.resolve_rows(n_block)
+                if i + 1 < n_blocks:
+                    if page_tma_ok != 0:  # the blocks below a full one are full
+                        if warp_idx == 0:
+                            page_lane = chunk_page(mPages, n_block - 1, lane, seqlen.len_k, page_size, self.tile_n)
+                    else:
+                        kv.fetch_pages(n_block - 1)
+            else:
+                kv.resolve_rows(n_block)
+                if i + 1 < n_blocks:
+                    kv.fetch_pages(n_block - 1)  # in flight during this block's stage waits
             pipe_k.producer_acquire(kv_state)
-            kv.load(n_block, sK[None, None, kv_state.index], True)
-            cute.arch.cp_async_commit_group()
-            pipe_k.producer_commit(kv_state)
+            self.fill_paged_stage(
+                kv, pipe_k, kv_state, by_tma, sK, tma_atom_Kp, tma_Kp, page_now, n_block, head_kv, page_size, tidx,
+                warp_idx, True,
+            )  # fmt: skip
             if i == 0:
                 if warp_idx == 0:
-                    pipe_q.producer_acquire(q_state)
-                    cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r)
             pipe_v.producer_acquire(kv_state)
-            kv.load(n_block, sV[None, None, kv_state.index], False)
-            cute.arch.cp_async_commit_group()
-            pipe_v.producer_commit(kv_state)
+            self.fill_paged_stage(
+                kv, pipe_v, kv_state, by_tma, sV, tma_atom_Vp, tma_Vp, page_now, n_block, head_kv, page_size, tidx,
+                warp_idx, False,
+            )  # fmt: skip
             kv_state.advance()
         q_state.advance()
         return q_state, kv_state
+
+    @cute.jit
+    def fill_paged_stage(
+        self, kv, pipe, kv_state, by_tma, sX, tma_atom, tma_pool, page_now, n_block, head_kv, page_size, tidx,
+        warp_idx, is_k: cutlass.Constexpr[bool],
+    ):  # fmt: skip
+        """Key block n_block's K (is_k) or V into its acquired stage: by TMA where `by_tma` (paged_tma
+        classes only), else gathered with cp.async (all 128 threads commit and arrive)."""
+        d = self.d_qk if const_expr(is_k) else self.d_v
+        tx_bytes = self.bytes_k if const_expr(is_k) else self.bytes_v
+        if const_expr(self.paged_tma):
+            if by_tma:
+                self.load_block_paged_tma(
+                    tma_atom, tma_pool, sX, pipe, kv_state, page_now, n_block, head_kv, page_size, tidx, warp_idx,
+                    d, tx_bytes,
+                )  # fmt: skip
+            else:
+                self.gather_stage(kv, pipe, kv_state, sX, n_block, is_k)
+        else:
+            self.gather_stage(kv, pipe, kv_state, sX, n_block, is_k)
+
+    @cute.jit
+    def gather_stage(self, kv, pipe, kv_state, sX, n_block: Int32, is_k: cutlass.Constexpr[bool]):
+        """cp.async gather of key block n_block into stage kv_state.index; commit and arrive."""
+        kv.load(n_block, sX[None, None, kv_state.index], is_k)
+        cute.arch.cp_async_commit_group()
+        pipe.producer_commit(kv_state)
+
+    @cute.jit
+    def load_block_paged_tma(
+        self, tma_atom, tma_pool, sX, pipe, kv_state, page_lane: Int32, n_block: Int32, head_kv: Int32,
+        page_size: Int32, tidx: Int32, warp_idx: Int32, d: cutlass.Constexpr[int], tx_bytes: cutlass.Constexpr[int],
+    ):  # fmt: skip
+        """A full key block of a paged pool into stage kv_state.index of sX by TMA: thread 0 arrives
+        on the stage's full barrier with the block's byte count, the other 127 producer threads
+        arrive plainly (the barrier counts 128 arrivals, as for a gathered block), and warp 0
+        issues one load per PAGE_CHUNK_ROWS rows (paged_kv.load_block_tma)."""
+        bar = pipe.producer_get_barrier(kv_state)
+        if tidx == 0:
+            cute.arch.mbarrier_arrive_and_expect_tx(bar, tx_bytes)
+        else:
+            cute.arch.mbarrier_arrive(bar)
+        if warp_idx == 0:
+            load_block_tma(
+                tma_atom, tma_pool, sX[None, None, kv_state.index], bar, page_lane, n_block, head_kv, page_size,
+                self.tile_n, d,
+            )  # fmt: skip
 
     # ------------------------------------------------------------------ MMA warpgroups
     @cute.jit
@@ -875,7 +1073,7 @@ class RaggedForwardSm90(MmaMainloops):
         frags = (tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS)
         out_args = (gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale)
 
-        run_args = (tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx)
+        run_args = (tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, handoff[3])
         self.reader_walk(handoff, mask_numbers, self.mma_tile, run_args, q_state, kv_state)
         if const_expr(self.tma_o_store):
             if tidx % 128 < 32:  # this warpgroup's last O store has read sO before the CTA exits
@@ -883,13 +1081,18 @@ class RaggedForwardSm90(MmaMainloops):
 
     @cute.jit
     def mma_tile(
-        self, run_args, seqlen: SeqlenInfo, block_info: BlockInfo, m_block: Int32, head_idx: Int32, batch_idx: Int32,
+        self, run_args, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
         q_state, kv_state,
     ):  # fmt: skip
         """One tile with query rows on the MMA warpgroups: wait for Q, run the key blocks, release
         Q (after the mainloop, or after the epilogue has read O back when O's buffer is Q's), then
-        the epilogue. Returns (q_state, kv_state)."""
-        tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx = run_args
+        the epilogue. Each warpgroup computes its own item (a row block of one query head,
+        tile_scheduler.tile_item). Returns (q_state, kv_state)."""
+        tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, pack_r = run_args
+        row_block, head_idx = tile_item(unit, tile, wg_idx, pack_r, self.num_mma_warpgroups)
+        # The sequence row of tile row 0 as this warpgroup sees it (its rows are row0 + 64 wg_idx ..);
+        # without GQA packing, tile * tile_m for every warpgroup.
+        row0 = (row_block - wg_idx) * ROW_BLOCK
         tSrQ_stages, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS = frags
         tSrQ = tSrQ_stages[None, None, None, q_state.index]
         gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale = out_args
@@ -898,13 +1101,13 @@ class RaggedForwardSm90(MmaMainloops):
         acc_O.fill(0.0)
         pipe_q.consumer_wait(q_state)
         mask_args = (
-            tScS, m_block, self.tile_m, self.tile_n, self.has_left, self.has_right,
+            tScS, row0, self.tile_n, self.has_left, self.has_right,
             seqlen.len_k, block_info.off, block_info.left, block_info.right,
         )  # fmt: skip
         q_release = (pipe_q, q_state) if const_expr(self.early_q_release) else None
         kv_state = self.tile_mainloop(
             tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-            pipe_k, pipe_v, block_info, seqlen.len_q, m_block, wg_idx, mask_args, kv_state, q_release,
+            pipe_k, pipe_v, block_info, seqlen.len_q, row0, wg_idx, mask_args, kv_state, q_release,
         )  # fmt: skip
         if const_expr(not self.o_aliases_q and not self.early_q_release):
             pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done
@@ -912,7 +1115,7 @@ class RaggedForwardSm90(MmaMainloops):
         rescale_rows(acc_O, row_scale)
         store_tile(
             acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
-            m_block, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
+            row0, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
             self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
             self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE, o_tma,
         )  # fmt: skip

@@ -37,7 +37,7 @@ class MmaMainloops:
     @cute.jit
     def tile_mainloop(
         self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-        pipe_k, pipe_v, block_info, len_q: Int32, m_block: Int32, wg_idx: Int32, mask_args, kv_state,
+        pipe_k, pipe_v, block_info, len_q: Int32, row0: Int32, wg_idx: Int32, mask_args, kv_state,
         q_release=None,
     ):
         """One MMA warpgroup's key blocks of a tile: the mainloop over the blocks its own 64 rows
@@ -46,11 +46,12 @@ class MmaMainloops:
         q_release = (pipe_q, q_state) (overlapped mainloop with wg_skip only): the warpgroup
         releases Q as soon as its last S GEMM is done, or at once when it computes no block, so
         the producer loads the next tile's Q under this tile's last softmax, P V and epilogue;
-        None: the caller releases Q after the mainloop."""
+        None: the caller releases Q after the mainloop. row0: the sequence row of tile row 0 for this
+        warpgroup (its own 64 rows are row0 + 64 wg_idx ..; tile_scheduler.py's items)."""
         n_block_min, n_block_max = block_info.n_block_range()
         # A warpgroup whose 64 rows all lie past len_q (a sequence's partial last tile) only
         # keeps step: it releases each K/V stage and passes its turns, issuing no GEMM.
-        wg_row_first = m_block * self.tile_m + 64 * wg_idx
+        wg_row_first = row0 + 64 * wg_idx
         wg_has_rows = wg_row_first < len_q
         if const_expr(self.wg_skip):
             # Per warpgroup: the tile's key blocks that none of its own rows sees (causal
@@ -160,10 +161,10 @@ class MmaMainloops:
     ):
         """Mask (boundary blocks only), online softmax, P -> 16-bit A fragment, O rescale.
         masked=False: the caller knows no element of the block is masked (no mask code at all)."""
-        tScS, m_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right = mask_args
+        tScS, row0, tile_n, has_left, has_right, len_k, off, left, right = mask_args
         if const_expr(masked):
             if block_info.needs_mask(n_block):
-                apply_mask(acc_S, tScS, m_block, n_block, tile_m, tile_n, has_left, has_right, len_k, off, left, right)
+                apply_mask(acc_S, tScS, row0, n_block, tile_n, has_left, has_right, len_k, off, left, right)
         row_scale = softmax.step(acc_S)
         if const_expr(rescale):
             tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))

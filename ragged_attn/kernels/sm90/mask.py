@@ -19,9 +19,8 @@ from .softmax import acc_rows_view
 def apply_mask(
     acc_S: cute.Tensor,  # WGMMA accumulator, ((2, 2, V), MMA_M, MMA_N) fp32
     tScS: cute.Tensor,  # the same partition of an identity tensor over (tile_m, tile_n)
-    m_block: Int32,
+    row0: Int32,  # the sequence row of tile row 0 (for this warpgroup: its item's row block, tile_scheduler.py)
     n_block: Int32,
-    tile_m: cutlass.Constexpr[int],
     tile_n: cutlass.Constexpr[int],
     has_left: cutlass.Constexpr[bool],
     has_right: cutlass.Constexpr[bool],
@@ -34,7 +33,7 @@ def apply_mask(
     coord_mn = acc_rows_view(tScS)
     col_base = n_block * tile_n
     for r in cutlass.range_constexpr(cute.size(acc_mn, mode=[0])):
-        row = m_block * tile_m + coord_mn[r, 0][0]
+        row = row0 + coord_mn[r, 0][0]
         # Columns [col_lo, col_hi) of this row survive, in tile-local units.
         col_hi = len_k - col_base
         if const_expr(has_right):

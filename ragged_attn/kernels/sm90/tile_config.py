@@ -51,6 +51,13 @@ class TileConfig:
     early_q_release: bool = True
     # Q buffers: 2 lets the next tile's Q load during this whole tile (O in its own buffer only).
     q_stages: int = 1
+    # GQA packing (tile_scheduler.py): a tile's warpgroups take consecutive (row block, query head)
+    # items of one K/V head, so a sequence whose row blocks do not fill its last tile lends the
+    # idle warpgroups to the group's next query head (needs wg_epilogue and wg_skip).
+    pack_gqa: bool = True
+    # Paged K/V: key blocks that lie below len_k arrive by TMA, 16 rows (inside one page) per load,
+    # where the page size is a multiple of 16; off: every block is gathered with cp.async.
+    paged_tma: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -155,6 +162,19 @@ def tile_config(layout_class) -> TileConfig:
     - Paged d128 (longtail14, 32/8, causal; tools/bench_paged_sm90.py, ragged 389-392): page-table
       entries read one block ahead (paged_kv.py `fetch_pages`) 317 -> 322 at page 16/64/128; then
       the dynamic tile schedule (it was a static stride walk) 324 -> 346 [FA4 308-330].
+    Measured on an H200, 2026-12-02 (session 4), same method, one process, "base" = the previous
+    commit's kernel beside this one (docs/benchmarks/2026-12-02-h200-issue10-session4):
+    - pack_gqa (tile_scheduler.py) packed on every launch: d64 64 x 128 90.1 -> 98.5 [cuDNN
+      100.6], 16 x 256 125.4 -> 129.6 [139.8]; d32 64 x 128 51.4 -> 55.0, 16 x 256 70.5 -> 73.4;
+      but 4 x 512 d64 166.5 -> 158.6 (11 tiles per K/V head against 12) and every d128 row 2-5%
+      slower (64 x 128 158.6 -> 151.3, 4 x 512 274.4 -> 262.8, where packing saves no tile).
+      Taken as a run-time choice: pack where it cuts the tiles by a tenth (PACK_MIN_SAVING), and
+      unpacked tiles keep one Q TMA and no division (the first build's per-warpgroup Q loads and
+      divisions cost the unpacked rows 2-5%). Rounds 2 and 3 (the rule; round 3 with the unpacked fast path too; base in brackets): d64 64 x 128
+      99.5 / 94.4 [91.8 / 90.9], 16 x 256 129.7 / 126.5 [126.1 / 125.6]; d32 64 x 128 55.5 / 53.0
+      [51.9 / 51.8], 16 x 256 74.4 / 72.6 [71.5 / 71.0]; the unpacked rows within -2.3..+1%.
+    - paged_tma (full key blocks of 16-multiple page sizes by TMA, 16 rows per load; the block
+      crossing len_k gathered): longtail14 d128 page 16/64/128 314 [gather 344-347], not taken.
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)

@@ -1,4 +1,5 @@
-"""Which (query head, m_block, sequence) tile each persistent CTA of the sm_90a forward computes.
+"""Which tile each persistent CTA of the sm_90a forward computes, and which (query head, 64-row
+block) each MMA warpgroup of a tile owns.
 
 The kernel launches at most one CTA per SM (`num_ctas`, the run-time SM count). Each CTA's
 producer warp 0 takes its tiles from a tile counter (forward.py `next_tile`), decodes each one
@@ -6,17 +7,29 @@ here with the whole warp and hands the decoded tile to the MMA warpgroups (and, 
 the producer warps that gather beside it) through smem. Nothing is read back and the launch is
 CUDA-graph capturable; the producer runs ahead by as many K/V stages as the pipelines hold.
 
-Linear order (heads fastest, then a sequence's slots, then sequences):
-- "per sequence": t = head + H_q * (slot + tiles_max * b), tiles_max = ceil(max(max_seqlen_q,
-  lse_s_max) / tile_m) slots for every sequence (padded LSE rows need them);
-- "packed" (no padded LSE, and fewer slots): sequence b owns the slots
-  [cu_seqlens_q[b] // tile_m + b, that of b + 1), which hold its ceil(len_q / tile_m) tiles;
-  total_q // tile_m + B slots in all; b is found by a binary search over cu_seqlens_q.
+Units and items (GQA packing at warpgroup granularity, `pack_r`):
+- A tile belongs to one sequence and one *unit*: a K/V head when the class packs GQA groups
+  (pack_r = H_q / H_kv), else a query head (pack_r = 1). A unit's *items* are its (64-row block,
+  query head) pairs, row block first: item i is row block i // pack_r of query head
+  unit * pack_r + i % pack_r, so a sequence has pack_r * ceil(len_q / 64) items per unit.
+- Tile p of a (sequence, unit) is items [W p, W p + W), W = tile_m / 64 MMA warpgroups, one item
+  each: every warpgroup of a tile reads the same K/V head, and its rows lie within one row block
+  of its siblings'. With pack_r = 1 this is the (m_block, head) tile of tile_m rows.
+  Measured gain: tile_config.py (short batches leave a 192-row tile's third warpgroup idle when a
+  sequence's row blocks are not a multiple of three; packed, the next query head's blocks fill it).
+
+Linear order (units fastest, then a sequence's slots, then sequences):
+- "per sequence": t = unit + U * (slot + tiles_max * b), tiles_max = ceil(pack_r * ceil(q_rows /
+  64) / W) slots for every sequence, q_rows = max(max_seqlen_q, lse_s_max) (padded LSE rows need
+  them);
+- "packed" (no padded LSE, and fewer slots): sequence b owns the slots [first(b), first(b + 1)),
+  first(b) = pack_r * cu_seqlens_q[b] // tile_m + k * b with k = (pack_r + 2 W - 2) // W, which
+  hold its tiles (`slot_slack`: why k suffices); b is found by a search over cu_seqlens_q.
 Slot j < tiles_q of a sequence is its (j+1)-th tile from the end, so the costliest causal tiles
 come first and the cheap first tiles form the tail (longest-first). Slots past a sequence's tiles
 hold nothing (packed) or only padded LSE rows (per sequence).
 
-Long sequences (K/V of all query heads > L2_KV_BYTES) re-deal their (head, slot) tiles in L2
+Long sequences (K/V of all query heads > L2_KV_BYTES) re-deal their (unit, slot) tiles in L2
 groups of query heads: G heads take all their tiles, G heads per slot, before the next G start
 (FlashAttention 3's LPT count, whole GQA groups, a partial last group allowed). Measured on an
 H200, 2026-11-30 (d128 causal, non-persistent grid): 2 x 8192 at 64/8 heads 593 -> 615 TFLOP/s;
@@ -32,31 +45,59 @@ from cutlass import Float32, Int32, Int64
 from .seqlen_info import SeqlenInfo
 
 L2_KV_BYTES = 32 << 20  # K/V bytes of the heads grouped to share L2 (H100/H200: 50 MiB of L2)
+ROW_BLOCK = 64  # query rows of one MMA warpgroup: the unit of an item
+# GQA packing is taken at launch where it cuts the tiles to at most (1 - 1/10) of the unpacked
+# count: measured on an H200 (2026-12-02, tile_config.py), packing always lost 3-5% where it saved
+# few or no tiles (d64 4 x 512: 11 tiles per K/V head and sequence against 12; every d128 row).
+PACK_MIN_SAVING = (1, 10)
+
+
+def slot_slack(pack_r, num_wg: int):
+    """k of the packed order: first(b + 1) - first(b) >= tiles of sequence b. With len_q = 64 a + r,
+    tiles = ceil(pack_r * ceil(len_q / 64) / W) <= ceil(pack_r * a / W + pack_r / W), and
+    floor(pack_r * cu[b + 1] / tile_m) - floor(pack_r * cu[b] / tile_m) >= floor(pack_r * a / W);
+    the fraction pack_r * a / W drops is at most (W - 1) / W, so k = ceil((pack_r + W - 1) / W)
+    covers the rest (k = 1 for pack_r = 1). Works on Python ints and device Int32 alike."""
+    return (pack_r + 2 * num_wg - 2) // num_wg
 
 
 @cute.jit
-def total_tiles(num_heads: Int32, total_q: Int32, batch: Int32, tiles_max: Int32, packed: Int32, tile_m: cutlass.Constexpr[int]) -> Int64:
-    """Number of linear tile indices (64-bit: H_q * slots may pass 2**31)."""
-    slots = Int64(total_q // tile_m + batch)
+def total_tiles(
+    num_units: Int32, total_q: Int32, batch: Int32, tiles_max: Int32, packed: Int32, pack_r: Int32,
+    tile_m: cutlass.Constexpr[int],
+) -> Int64:  # fmt: skip
+    """Number of linear tile indices (64-bit: units * slots may pass 2**31)."""
+    num_wg = tile_m // ROW_BLOCK
+    slots = Int64(pack_r) * Int64(total_q) // Int64(tile_m) + Int64(batch) * Int64(slot_slack(pack_r, num_wg))
     if packed == 0:
         slots = Int64(tiles_max) * Int64(batch)
-    return slots * Int64(num_heads)
+    return slots * Int64(num_units)
 
 
 @cute.jit
-def sequence_of_slot_warp(mCuSeqlensQ: cute.Tensor, slot: Int32, tile_m: cutlass.Constexpr[int]) -> Int32:
-    """The last b in [0, B - 1] whose first packed slot cu_seqlens_q[b] // tile_m + b is <= slot
-    (0 when none is), found by the 32 lanes of a warp together, every lane returning it. Each round
-    probes 32 evenly spaced positions of [lo, hi] at once (one load each) and keeps the gap between
-    the last that passes and the first that fails: B <= 33 sequences take one round, B <= 1057 two.
-    The first slots increase with b, so the passing probes are a prefix of the lanes."""
+def first_slot(cu_q: Int32, b: Int32, pack_r: Int32, tile_m: cutlass.Constexpr[int]) -> Int64:
+    """first(b) of the packed order (module docstring), 64-bit; 32-bit arithmetic without packing
+    (a 64-bit division costs a call per search probe)."""
+    first = Int64(cu_q // tile_m + b)
+    if pack_r != 1:
+        first = Int64(pack_r) * Int64(cu_q) // Int64(tile_m) + Int64(b) * Int64(slot_slack(pack_r, tile_m // ROW_BLOCK))
+    return first
+
+
+@cute.jit
+def sequence_of_slot_warp(mCuSeqlensQ: cute.Tensor, slot: Int64, pack_r: Int32, tile_m: cutlass.Constexpr[int]) -> Int32:
+    """The last b in [0, B - 1] whose first packed slot first(b) is <= slot (0 when none is),
+    found by the 32 lanes of a warp together, every lane returning it. Each round probes 32
+    evenly spaced positions of [lo, hi] at once (one load each) and keeps the gap between the last
+    that passes and the first that fails: B <= 33 sequences take one round, B <= 1057 two. The
+    first slots increase with b, so the passing probes are a prefix of the lanes."""
     lane = Int32(cute.arch.lane_idx())
     lo = Int32(0)
     hi = cute.size(mCuSeqlensQ.shape[0]) - 2
     while lo < hi:
         step = (hi - lo + 31) // 32
         probe = cutlass.min(lo + (lane + 1) * step, hi)
-        passes = Int32(mCuSeqlensQ[probe]) // tile_m + probe <= slot
+        passes = first_slot(Int32(mCuSeqlensQ[probe]), probe, pack_r, tile_m) <= slot
         count = Int32(cute.arch.popc(cute.arch.vote_ballot_sync(passes)))
         new_lo = lo
         if count > 0:
@@ -68,10 +109,36 @@ def sequence_of_slot_warp(mCuSeqlensQ: cute.Tensor, slot: Int32, tile_m: cutlass
 
 
 @cute.jit
+def tile_item(unit: Int32, tile: Int32, w, pack_r: Int32, num_wg: cutlass.Constexpr[int]):
+    """(row_block, head_idx) of warpgroup w's item in tile `tile` of `unit` (module docstring)."""
+    row_block = tile * num_wg + w
+    head_idx = unit
+    if pack_r != 1:  # no division on the unpacked path
+        item = row_block
+        row_block = item // pack_r
+        head_idx = unit * pack_r + (item - row_block * pack_r)
+    return row_block, head_idx
+
+
+@cute.jit
+def tile_rows(tile: Int32, pack_r: Int32, num_wg: cutlass.Constexpr[int]):
+    """(row_lo, row_hi): the query rows [row_lo, row_hi) that span the row blocks of every item of
+    tile `tile` (not clipped to len_q)."""
+    first = tile * num_wg
+    row_lo = first * ROW_BLOCK
+    row_hi = (first + num_wg) * ROW_BLOCK
+    if pack_r != 1:
+        row_lo = (first // pack_r) * ROW_BLOCK
+        row_hi = ((first + num_wg - 1) // pack_r + 1) * ROW_BLOCK
+    return row_lo, row_hi
+
+
+@cute.jit
 def decode_tile(
     t: Int64,
-    num_heads: Int32,
-    num_heads_kv: Int32,
+    num_units: Int32,
+    pack_r: Int32,
+    ratio: Int32,  # H_q / H_kv
     tiles_max: Int32,
     packed: Int32,
     mCuSeqlensQ: cute.Tensor,  # (B + 1,) int32
@@ -83,53 +150,116 @@ def decode_tile(
     tile_m: cutlass.Constexpr[int],
     token_bytes: cutlass.Constexpr[int],  # (d_qk + d_v) * element bytes: one token's K and V of one head
 ):
-    """(head_idx, m_block, batch_idx, has_rows, seqlen) of linear tile index t (see the module);
+    """(unit, tile, batch_idx, has_rows, seqlen) of linear tile index t (see the module);
     has_rows == 0: nothing to compute (at most padded LSE rows past len_q to fill). A whole warp
     calls it with the same t: the 32 lanes find the sequence together (`sequence_of_slot_warp`),
     one load latency per 32x narrowing instead of one per halving."""
-    head_x = Int32(t % Int64(num_heads))
-    slot_lin = t // Int64(num_heads)
+    num_wg = tile_m // ROW_BLOCK
+    unit_x = Int32(t % Int64(num_units))
+    slot_lin = t // Int64(num_units)
     has_slot = Int32(1)
     batch_idx = Int32(0)
     slot = Int32(0)
     if packed != 0:
-        slot = Int32(slot_lin)
         # The last sequence whose first slot is <= slot (0 when there is none).
-        lo = sequence_of_slot_warp(mCuSeqlensQ, slot, tile_m)
+        lo = sequence_of_slot_warp(mCuSeqlensQ, slot_lin, pack_r, tile_m)
         batch_idx = lo
-        slot = slot - (Int32(mCuSeqlensQ[lo]) // tile_m + lo)  # may be < 0: no tile
-        if slot < 0:
+        rel = slot_lin - first_slot(Int32(mCuSeqlensQ[lo]), lo, pack_r, tile_m)  # may be < 0: no tile
+        slot = Int32(rel)
+        if rel < Int64(0):
             has_slot = Int32(0)
             slot = Int32(0)
     else:
         batch_idx = Int32(slot_lin // Int64(tiles_max))
         slot = Int32(slot_lin - Int64(batch_idx) * Int64(tiles_max))
     seqlen = SeqlenInfo.create(batch_idx, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k)
-    tiles_q = (seqlen.len_q + (tile_m - 1)) // tile_m
-    head_idx = head_x
+    row_blocks = (seqlen.len_q + (ROW_BLOCK - 1)) // ROW_BLOCK
+    tiles_q = (pack_r * row_blocks + (num_wg - 1)) // num_wg
+    unit = unit_x
     if slot < tiles_q:
-        if Int64(seqlen.len_k) * Int64(num_heads * token_bytes) > Int64(L2_KV_BYTES):
-            # L2 groups: a bijection of the sequence's tile-holding (head, slot) pairs, in the
-            # order heads-fastest ranks them. G = L2_KV_BYTES / (one head's K/V bytes) query
-            # heads, rounded down to whole GQA groups (at least one).
-            ratio = num_heads // num_heads_kv
+        if Int64(seqlen.len_k) * Int64(num_units * pack_r * token_bytes) > Int64(L2_KV_BYTES):
+            # L2 groups: a bijection of the sequence's tile-holding (unit, slot) pairs, in the
+            # order units-fastest ranks them. G = L2_KV_BYTES / (one head's K/V bytes) query
+            # heads, rounded down to whole GQA groups (at least one), in units.
             head_bytes = Float32(seqlen.len_k) * Float32(token_bytes)
-            group = cutlass.max(Int32(Float32(L2_KV_BYTES) / head_bytes) // ratio, 1) * ratio
-            rank = head_x + num_heads * slot
+            group = (cutlass.max(Int32(Float32(L2_KV_BYTES) / head_bytes) // ratio, 1) * ratio) // pack_r
+            rank = unit_x + num_units * slot
             per_group = group * tiles_q
             g = rank // per_group
             rest = rank - g * per_group
-            heads_here = cutlass.min(group, num_heads - g * group)
-            slot = rest // heads_here
-            head_idx = g * group + rest - slot * heads_here
+            units_here = cutlass.min(group, num_units - g * group)
+            slot = rest // units_here
+            unit = g * group + rest - slot * units_here
     # Slot j < tiles_q is the (j+1)-th tile from the end; any other slot is a tile index past
     # len_q (padded LSE rows only), so each tile is visited exactly once.
-    m_block = slot
+    tile = slot
     if slot < tiles_q:
-        m_block = tiles_q - 1 - slot
+        tile = tiles_q - 1 - slot
     # Rows to compute: not so for a packed slot before the sequence's first (slot < 0) or past its
     # tiles, nor for a per-sequence slot past len_q (padded LSE rows only).
     has_rows = has_slot
-    if m_block * tile_m >= seqlen.len_q:
+    if tile >= tiles_q:
         has_rows = Int32(0)
-    return head_idx, m_block, batch_idx, has_rows, seqlen
+    return unit, tile, batch_idx, has_rows, seqlen
+
+
+def launch_schedule_ref(lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512):
+    """Pure-Python twin of the launch's tile counts (forward.py __call__): (num_units, pack_r,
+    tiles_max, packed, num_tiles) for sequences of lengths lens_q (cu_seqlens_q their prefix sums).
+    pack: the class may pack GQA groups ("always": pack whatever it saves, for tests of the cover)."""
+    if pack is True:
+        _, _, _, _, unpacked = launch_schedule_ref(lens_q, lens_k, num_heads, num_heads_kv, tile_m, False, lse_s_max)
+        _, _, _, _, packed = launch_schedule_ref(lens_q, lens_k, num_heads, num_heads_kv, tile_m, "always", lse_s_max)
+        keep, of = PACK_MIN_SAVING
+        pack = "always" if packed * of <= unpacked * (of - keep) else False
+    num_wg = tile_m // ROW_BLOCK
+    pack_r = num_heads // num_heads_kv if pack else 1
+    num_units = num_heads // pack_r
+    q_rows = max(max(lens_q, default=0), lse_s_max)
+    tiles_max = -(-pack_r * -(-q_rows // ROW_BLOCK) // num_wg)
+    batch = len(lens_q)
+    slots = pack_r * sum(lens_q) // tile_m + batch * slot_slack(pack_r, num_wg)
+    packed = int(lse_s_max == 0 and slots < tiles_max * batch)
+    num_tiles = (slots if packed else tiles_max * batch) * num_units
+    return num_units, pack_r, tiles_max, packed, num_tiles
+
+
+def decode_tile_ref(t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512):
+    """Pure-Python twin of `decode_tile` (with the launch's counts): (unit, tile, batch_idx,
+    has_rows, pack_r), for tests."""
+    num_wg = tile_m // ROW_BLOCK
+    num_units, pack_r, tiles_max, packed, _ = launch_schedule_ref(
+        lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max, token_bytes
+    )
+    ratio = num_heads // num_heads_kv
+    cu = [0]
+    for n in lens_q:
+        cu.append(cu[-1] + n)
+    unit_x, slot_lin = t % num_units, t // num_units
+    has_slot = 1
+    if packed:
+        firsts = [pack_r * cu[b] // tile_m + b * slot_slack(pack_r, num_wg) for b in range(len(lens_q))]
+        b = max([i for i, f in enumerate(firsts) if f <= slot_lin], default=0)
+        slot = slot_lin - firsts[b]
+        if slot < 0:
+            has_slot, slot = 0, 0
+    else:
+        b, slot = slot_lin // tiles_max, slot_lin % tiles_max
+    tiles_q = -(-pack_r * -(-lens_q[b] // ROW_BLOCK) // num_wg)
+    unit = unit_x
+    if slot < tiles_q and lens_k[b] * num_units * pack_r * token_bytes > L2_KV_BYTES:
+        group = (max(int(L2_KV_BYTES / (lens_k[b] * token_bytes)) // ratio, 1) * ratio) // pack_r
+        rank = unit_x + num_units * slot
+        g, rest = divmod(rank, group * tiles_q)
+        units_here = min(group, num_units - g * group)
+        slot, u = divmod(rest, units_here)
+        unit = g * group + u
+    tile = tiles_q - 1 - slot if slot < tiles_q else slot
+    has_rows = int(has_slot and tile < tiles_q)
+    return unit, tile, b, has_rows, pack_r
+
+
+def tile_item_ref(unit, tile, w, pack_r, num_wg):
+    """Pure-Python twin of `tile_item`: (row_block, head_idx)."""
+    item = tile * num_wg + w
+    return item // pack_r, unit * pack_r + item % pack_r

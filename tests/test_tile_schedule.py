@@ -1,0 +1,89 @@
+"""The persistent kernel's tile schedule (tile_scheduler.py) through its pure-Python twins: every
+(sequence, query head, 64-row block) of a batch is computed by exactly one warpgroup of exactly one
+tile, every warpgroup of a tile reads the same K/V head, and every padded LSE row is written."""
+
+import random
+
+import pytest
+
+pytest.importorskip("cutlass")
+
+from ragged_attn.kernels.sm90.tile_scheduler import (  # noqa: E402
+    ROW_BLOCK,
+    decode_tile_ref,
+    launch_schedule_ref,
+    tile_item_ref,
+)
+
+
+def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512):
+    num_wg = tile_m // ROW_BLOCK
+    *_, num_tiles = launch_schedule_ref(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes)
+    computed, lse_filled = {}, {}
+    ratio = hq // hkv
+    for t in range(num_tiles):
+        unit, tile, b, has_rows, pack_r = decode_tile_ref(t, lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes)
+        kv_heads = set()
+        for w in range(num_wg):
+            rb, h = tile_item_ref(unit, tile, w, pack_r, num_wg)
+            assert 0 <= h < hq
+            kv_heads.add(h // ratio)
+            if has_rows and rb * ROW_BLOCK < lens_q[b]:
+                key = (b, h, rb)
+                assert key not in computed, f"item {key} computed twice (tiles {computed.get(key)} and {t})"
+                computed[key] = t
+            elif rb * ROW_BLOCK < lse_s_max:  # padded LSE rows of this item: written once
+                key = (b, h, rb)
+                assert key not in lse_filled, f"padded LSE rows {key} written twice"
+                lse_filled[key] = t
+        assert len(kv_heads) == 1, f"tile {t} mixes K/V heads {kv_heads}"
+    want = {(b, h, rb) for b, n in enumerate(lens_q) for h in range(hq) for rb in range(-(-n // ROW_BLOCK))}
+    assert set(computed) == want
+    if lse_s_max:
+        pads = {(b, h, rb) for b, n in enumerate(lens_q) for h in range(hq)
+                for rb in range(-(-n // ROW_BLOCK), -(-lse_s_max // ROW_BLOCK))}  # fmt: skip
+        assert pads <= set(lse_filled)
+
+
+@pytest.mark.parametrize("tile_m", [128, 192])
+@pytest.mark.parametrize("pack", [False, "always", True])
+@pytest.mark.parametrize("seed", range(12))
+def test_every_row_block_of_every_head_is_computed_exactly_once(seed, pack, tile_m):
+    rng = random.Random(seed)
+    hkv = rng.choice([1, 2, 3, 8])
+    ratio = rng.choice([1, 2, 3, 4, 5, 7, 8, 16])
+    batch = rng.choice([1, 2, 5, 17, 40])
+    lens_q = [rng.choice([0, 1, 63, 64, 65, 128, 191, 192, 193, 256, rng.randrange(0, 2000)]) for _ in range(batch)]
+    lens_k = [n + rng.randrange(0, 300) for n in lens_q]
+    lse_s_max = 0 if seed % 3 else max(lens_q) + rng.randrange(0, 130)
+    _cover(lens_q, lens_k, hkv * ratio, hkv, tile_m, pack, lse_s_max)
+
+
+@pytest.mark.parametrize("pack", [False, "always"])
+def test_l2_groups_keep_the_cover(pack):
+    # Long keys: token_bytes large enough that the L2 re-deal of (unit, slot) pairs is taken.
+    _cover([1000, 300, 70], [1000, 5000, 70], 12, 3, 192, pack, token_bytes=1 << 14)
+    _cover([700], [700], 16, 2, 128, pack, token_bytes=1 << 15)
+
+
+def test_packing_fills_the_idle_warpgroups_of_short_sequences():
+    # 64 sequences of 128 queries, 32/8 heads, 192-row tiles: 4 tiles per K/V head and sequence
+    # (one per query head, a third of each idle) unpacked; 3 packed (8 row blocks / 3 per tile).
+    *_, unpacked = launch_schedule_ref([128] * 64, [128] * 64, 32, 8, 192, False)
+    _, pack_r, _, _, packed = launch_schedule_ref([128] * 64, [128] * 64, 32, 8, 192, True)
+    assert (unpacked, packed, pack_r) == (64 * 32, 64 * 8 * 3, 4)
+
+
+@pytest.mark.parametrize(
+    "lens, tile_m, packs",
+    [
+        ([256] * 16, 192, True),  # 16 tiles per group -> 6 (from 8)
+        ([512] * 4, 192, False),  # 11 tiles per group against 12: not worth it (measured)
+        ([128] * 64, 128, False),  # d128 tiles: 2 row blocks per head fill a tile already
+        ([64] * 64, 128, True),  # a 64-row sequence leaves a 128-row tile half idle
+        ([8192] * 2, 192, False),
+    ],
+)
+def test_packing_is_chosen_where_it_saves_a_tenth_of_the_tiles(lens, tile_m, packs):
+    _, pack_r, *_ = launch_schedule_ref(lens, lens, 32, 8, tile_m, True)
+    assert (pack_r == 4) == packs
