@@ -80,7 +80,7 @@ def test_packing_fills_the_idle_warpgroups_of_short_sequences():
         ([256] * 16, 192, True),  # 16 tiles per group -> 6 (from 8)
         ([512] * 4, 192, False),  # 11 tiles per group against 12: not worth it (measured)
         ([128] * 64, 128, False),  # d128 tiles: 2 row blocks per head fill a tile already
-        ([64] * 64, 128, True),  # a 64-row sequence leaves a 128-row tile half idle
+        ([64] * 64, 128, True),  # a 64-row sequence leaves a 128-row tile half idle (where a class packs)
         ([8192] * 2, 192, False),
     ],
 )

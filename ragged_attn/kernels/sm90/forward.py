@@ -548,6 +548,8 @@ class RaggedForwardSm90(MmaMainloops):
             sV, cute.make_ordered_layout((self.d_v, self.tile_n, self.num_stages), order=(1, 0, 2))
         )
         ratio = cute.size(tma_Q.shape[2]) // cute.size(tma_K.shape[2])
+        if const_expr(not self.pack_gqa):
+            pack_r = 1  # a trace-time constant: the unpacked classes' item arithmetic folds away
         sched = (
             num_tiles, cute.size(tma_Q.shape[2]) // pack_r, pack_r, ratio, tiles_max, packed,
             mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
@@ -932,8 +934,7 @@ class RaggedForwardSm90(MmaMainloops):
         if n_blocks > 0:
             if const_expr(self.paged_tma):
                 if page_tma_ok != 0 and n_block_max - 1 < full_end:
-                    if warp_idx == 0:
-                        page_lane = chunk_page(mPages, n_block_max - 1, lane, seqlen.len_k, page_size, self.tile_n)
+                    page_lane = chunk_page(mPages, n_block_max - 1, lane, seqlen.len_k, page_size, self.tile_n)
                 else:
                     kv.fetch_pages(n_block_max - 1)
             else:
@@ -948,8 +949,7 @@ class RaggedForwardSm90(MmaMainloops):
                     kv.resolve_rows(n_block)
                 if i + 1 < n_blocks:
                     if page_tma_ok != 0:  # the blocks below a full one are full
-                        if warp_idx == 0:
-                            page_lane = chunk_page(mPages, n_block - 1, lane, seqlen.len_k, page_size, self.tile_n)
+                        page_lane = chunk_page(mPages, n_block - 1, lane, seqlen.len_k, page_size, self.tile_n)
                     else:
                         kv.fetch_pages(n_block - 1)
             else:
@@ -1007,18 +1007,19 @@ class RaggedForwardSm90(MmaMainloops):
     ):  # fmt: skip
         """A full key block of a paged pool into stage kv_state.index of sX by TMA: thread 0 arrives
         on the stage's full barrier with the block's byte count, the other 127 producer threads
-        arrive plainly (the barrier counts 128 arrivals, as for a gathered block), and warp 0
-        issues one load per PAGE_CHUNK_ROWS rows (paged_kv.load_block_tma)."""
+        arrive plainly (the barrier counts 128 arrivals, as for a gathered block), and the four
+        producer warps issue one load per PAGE_CHUNK_ROWS rows, chunk c from warp c % 4
+        (paged_kv.load_block_tma; a load may complete before thread 0's byte count lands: the
+        barrier's transaction count may go negative, and the phase waits for thread 0's arrival)."""
         bar = pipe.producer_get_barrier(kv_state)
         if tidx == 0:
             cute.arch.mbarrier_arrive_and_expect_tx(bar, tx_bytes)
         else:
             cute.arch.mbarrier_arrive(bar)
-        if warp_idx == 0:
-            load_block_tma(
-                tma_atom, tma_pool, sX[None, None, kv_state.index], bar, page_lane, n_block, head_kv, page_size,
-                self.tile_n, d,
-            )  # fmt: skip
+        load_block_tma(
+            tma_atom, tma_pool, sX[None, None, kv_state.index], bar, page_lane, n_block, head_kv, page_size,
+            self.tile_n, d, warp_idx, PRODUCER_THREADS // 32,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ MMA warpgroups
     @cute.jit

@@ -224,20 +224,30 @@ def load_block_tma(
     page_size: Int32,
     tile_n: cutlass.Constexpr[int],
     d: cutlass.Constexpr[int],
+    warp: Int32,  # this warp's index among the `warps` that share the loads
+    warps: cutlass.Constexpr[int],
 ):
-    """One warp: TMA loads of key block n_block, PAGE_CHUNK_ROWS rows each (the page size is a
-    multiple of it, so a chunk never crosses a page), into sX."""
+    """TMA loads of key block n_block, PAGE_CHUNK_ROWS rows each (the page size is a multiple of
+    it, so a chunk never crosses a page), into sX: chunk c from warp c % warps."""
     for c in cutlass.range_constexpr(tile_n // PAGE_CHUNK_ROWS):
         page = cute.arch.shuffle_sync(page_lane, c)
-        token = n_block * tile_n + c * PAGE_CHUNK_ROWS
-        slot = token - (token // page_size) * page_size
-        gX = cute.local_tile(tma_pool[None, None, head_kv, page], (PAGE_CHUNK_ROWS, d), (slot // PAGE_CHUNK_ROWS, 0))
-        tXsX, tXgX = cpasync.tma_partition(
-            tma_atom, 0, cute.make_layout(1),
-            cute.group_modes(cute.local_tile(sX, (PAGE_CHUNK_ROWS, d), (c, 0)), 0, 2),
-            cute.group_modes(gX, 0, 2),
-        )  # fmt: skip
-        cute.copy(tma_atom, tXgX, tXsX, tma_bar_ptr=bar)
+        if warp == c % warps:
+            load_chunk_tma(tma_atom, tma_pool, sX, bar, page, n_block, c, head_kv, page_size, tile_n, d)
+
+
+@cute.jit
+def load_chunk_tma(tma_atom, tma_pool, sX, bar, page: Int32, n_block: Int32, c: cutlass.Constexpr[int], head_kv: Int32,
+                   page_size: Int32, tile_n: cutlass.Constexpr[int], d: cutlass.Constexpr[int]):  # fmt: skip
+    """One warp: the TMA load of chunk c (rows c * PAGE_CHUNK_ROWS ..) of key block n_block."""
+    token = n_block * tile_n + c * PAGE_CHUNK_ROWS
+    slot = token - (token // page_size) * page_size
+    gX = cute.local_tile(tma_pool[None, None, head_kv, page], (PAGE_CHUNK_ROWS, d), (slot // PAGE_CHUNK_ROWS, 0))
+    tXsX, tXgX = cpasync.tma_partition(
+        tma_atom, 0, cute.make_layout(1),
+        cute.group_modes(cute.local_tile(sX, (PAGE_CHUNK_ROWS, d), (c, 0)), 0, 2),
+        cute.group_modes(gX, 0, 2),
+    )  # fmt: skip
+    cute.copy(tma_atom, tXgX, tXsX, tma_bar_ptr=bar)
 
 
 def gather_ref(pool, page_table_row, len_k: int, kv_layout: str):

@@ -53,8 +53,9 @@ class TileConfig:
     q_stages: int = 1
     # GQA packing (tile_scheduler.py): a tile's warpgroups take consecutive (row block, query head)
     # items of one K/V head, so a sequence whose row blocks do not fill its last tile lends the
-    # idle warpgroups to the group's next query head (needs wg_epilogue and wg_skip).
-    pack_gqa: bool = True
+    # idle warpgroups to the group's next query head (needs wg_epilogue and wg_skip). On for the
+    # 192-row tiles only (`_tiles`): 128-row classes ran 1-2% slower unpacked with the code in.
+    pack_gqa: bool = False
     # Paged K/V: key blocks that lie below len_k arrive by TMA, 16 rows (inside one page) per load,
     # where the page size is a multiple of 16; off: every block is gathered with cp.async.
     paged_tma: bool = False
@@ -173,8 +174,12 @@ def tile_config(layout_class) -> TileConfig:
       divisions cost the unpacked rows 2-5%). Rounds 2 and 3 (the rule; round 3 with the unpacked fast path too; base in brackets): d64 64 x 128
       99.5 / 94.4 [91.8 / 90.9], 16 x 256 129.7 / 126.5 [126.1 / 125.6]; d32 64 x 128 55.5 / 53.0
       [51.9 / 51.8], 16 x 256 74.4 / 72.6 [71.5 / 71.0]; the unpacked rows within -2.3..+1%.
+    - Then pack_gqa only for the 192-row tiles: the 128-row classes ran 1-3% below base with it
+      compiled in (mixed14 d128 513.7 vs 524.1); off, with pack_r a trace-time 1, they match
+      base (mixed14 d128 533.4 vs 524.4, 4 x 512 278.4 vs 275.0, 64 x 128 159.4 vs 160.8).
     - paged_tma (full key blocks of 16-multiple page sizes by TMA, 16 rows per load; the block
-      crossing len_k gathered): longtail14 d128 page 16/64/128 314 [gather 344-347], not taken.
+      crossing len_k gathered): longtail14 d128 page 16/64/128 314 (one issuing warp), 317 (four)
+      [gather 338-347], not taken.
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
@@ -188,7 +193,7 @@ def _tiles(layout_class) -> TileConfig:
     # d <= 96: three K/V stages fit beside two Q buffers and O, and the warpgroups issue GEMMs
     # without ping-pong turns (measured 2026-12-02, session 3, in the docstring above).
     if layout_class.kv == "ragged" and (d_qk <= 32 or (d_qk <= 64 and layout_class.mask != "window")):
-        return TileConfig(192, 128, 3, pingpong=False, overlap=True)
+        return TileConfig(192, 128, 3, pingpong=False, overlap=True, pack_gqa=True)
     if d_qk <= 32:
         return TileConfig(128, 192, 3, pingpong=False, overlap=True)
     if d_qk <= 96:
