@@ -68,7 +68,7 @@ from cutlass.tensor_utils import LayoutEnum
 from .block_info import UNBOUNDED, BlockInfo
 from .epilogue import lse_index, store_tile
 from .mainloop import SCHED_BARRIER_BASE, MmaMainloops
-from .paged_kv import PAGE_CHUNK_ROWS, PRODUCER_THREADS, PagedKV, chunk_page, load_block_tma, make_gather_copy
+from .paged_kv import PRODUCER_THREADS, PagedKV, make_gather_copy
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes
@@ -131,8 +131,6 @@ class RaggedForwardSm90(MmaMainloops):
         self.mask = mask
         self.has_lse = has_lse
         self.paged = paged
-        # Full key blocks of paged pools by TMA (tile_config.py: measured slower than the gather).
-        self.paged_tma = paged and config.paged_tma
         if paged:
             self.producer_regs = self.producer_regs_paged
         # What the producer warpgroup leaves, split over the MMA warpgroups (setmaxnreg takes
@@ -243,12 +241,8 @@ class RaggedForwardSm90(MmaMainloops):
                 cute.select(sQ_layout, mode=[0, 1]), cute.make_layout((ROW_BLOCK, self.d_qk), stride=(1, self.tile_m))
             )
             tma_atom_Qw, tma_Qw = cpasync.make_tiled_tma_atom(load_op, mQt, sQ_wg_layout, (ROW_BLOCK, self.d_qk))
-        tma_atom_Kp, tma_Kp, tma_atom_Vp, tma_Vp = None, None, None, None
         if const_expr(self.paged):
-            # The pools themselves go to the kernel; one cp.async tiled copy serves K and V (with
-            # paged_tma only the key blocks that cross len_k, or every block when the page size is
-            # not a multiple of PAGE_CHUNK_ROWS: the other blocks arrive by TMA, PAGE_CHUNK_ROWS
-            # rows (one page's) per load, over the pools viewed as (page_size, d, H_kv, num_pages)).
+            # The pools themselves go to the kernel; one cp.async tiled copy serves K and V.
             tma_K, tma_V = mK, mV
             tma_atom_K = make_gather_copy(self.dtype, self.d_qk, self.d_v, self.tile_n)
             tma_atom_V = tma_atom_K
@@ -261,19 +255,6 @@ class RaggedForwardSm90(MmaMainloops):
             tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(
                 load_op, mVt, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.d_v)
             )
-        if const_expr(self.paged_tma):
-            mKp = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[1, 3, 2, 0]))
-            mVp = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[1, 3, 2, 0]))
-            sK_chunk = cute.composition(
-                cute.select(sK_layout, mode=[0, 1]),
-                cute.make_layout((PAGE_CHUNK_ROWS, self.d_qk), stride=(1, self.tile_n)),
-            )
-            sV_chunk = cute.composition(
-                cute.select(sV_layout, mode=[0, 1]),
-                cute.make_layout((PAGE_CHUNK_ROWS, self.d_v), stride=(1, self.tile_n)),
-            )
-            tma_atom_Kp, tma_Kp = cpasync.make_tiled_tma_atom(load_op, mKp, sK_chunk, (PAGE_CHUNK_ROWS, self.d_qk))
-            tma_atom_Vp, tma_Vp = cpasync.make_tiled_tma_atom(load_op, mVp, sV_chunk, (PAGE_CHUNK_ROWS, self.d_v))
         self.bytes_q = cute.size_in_bytes(self.dtype, cute.select(sQ_layout, mode=[0, 1]))
         self.bytes_k = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
         self.bytes_v = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
@@ -338,10 +319,6 @@ class RaggedForwardSm90(MmaMainloops):
             tma_atom_V,
             tma_atom_O,
             tma_O,
-            tma_atom_Kp,
-            tma_Kp,
-            tma_atom_Vp,
-            tma_Vp,
             tma_atom_Qw,
             tma_Qw,
             packed,
@@ -429,10 +406,6 @@ class RaggedForwardSm90(MmaMainloops):
         tma_atom_V: cute.CopyAtom,
         tma_atom_O: Optional[cute.CopyAtom],  # tma_o_store: one warpgroup's 64 O rows per store
         tma_O: Optional[cute.Tensor],  # tma_o_store: TMA coordinates over (total_q, d_v, H_q)
-        tma_atom_Kp: Optional[cute.CopyAtom],  # paged: TMA of PAGE_CHUNK_ROWS K rows of one page
-        tma_Kp: Optional[cute.Tensor],  # paged: TMA coordinates over (page_size, d_qk, H_kv, num_pages)
-        tma_atom_Vp: Optional[cute.CopyAtom],
-        tma_Vp: Optional[cute.Tensor],
         tma_atom_Qw: Optional[cute.CopyAtom],  # pack_gqa: TMA of one warpgroup's 64 Q rows
         tma_Qw: Optional[cute.Tensor],  # pack_gqa: TMA coordinates over (total_q, d_qk, H_q)
         packed: Int32,  # 1: tile slots packed by sequence, 0: tiles_max per sequence (tile_scheduler.py)
@@ -468,9 +441,6 @@ class RaggedForwardSm90(MmaMainloops):
             if const_expr(not self.paged):
                 cpasync.prefetch_descriptor(tma_atom_K)
                 cpasync.prefetch_descriptor(tma_atom_V)
-            if const_expr(self.paged_tma):
-                cpasync.prefetch_descriptor(tma_atom_Kp)
-                cpasync.prefetch_descriptor(tma_atom_Vp)
         if const_expr(self.tma_o_store):
             if warp_idx % 4 == 0 and warp_idx >= 4:  # the warp of each MMA warpgroup that stores O
                 cpasync.prefetch_descriptor(tma_atom_O)
@@ -566,7 +536,6 @@ class RaggedForwardSm90(MmaMainloops):
                 self.load_paged(
                     q_tma, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
                     pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff, lse_args, warp_idx,
-                    (tma_atom_Kp, tma_Kp, tma_atom_Vp, tma_Vp),
                 )  # fmt: skip
             else:
                 if warp_idx == 0:
@@ -875,7 +844,6 @@ class RaggedForwardSm90(MmaMainloops):
         handoff,
         lse_args,
         warp_idx: Int32,
-        page_tma,  # (tma_atom_Kp, tma_Kp, tma_atom_Vp, tma_Vp)
     ):
         """Producer warpgroup of the paged class, on the dynamic schedule of the ragged one: warp 0
         takes the tickets, decodes each tile (the whole warp searches cu_seqlens_q) and hands it
@@ -884,10 +852,7 @@ class RaggedForwardSm90(MmaMainloops):
         the tile's key blocks (`load_paged_tile`). Past the last tile, go = 0 stops everyone."""
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
-        loads = (
-            q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched,
-            page_tma,
-        )  # fmt: skip
+        loads = (q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched)
         if warp_idx == 0:
             self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_paged_tile, loads, q_state, kv_state)
         else:
@@ -899,127 +864,42 @@ class RaggedForwardSm90(MmaMainloops):
         self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
         q_state, kv_state,
     ):  # fmt: skip
-        """The 128 producer threads: each key block's K and V of one tile (last block first, as the
-        MMA warpgroups consume), and Q's TMA from warp 0 after the first block's K. A block whose
-        keys all lie below len_k, of a pool whose page size is a multiple of PAGE_CHUNK_ROWS,
-        arrives by TMA (warp 0 issues one load per PAGE_CHUNK_ROWS rows, each inside one page; the
-        other threads only arrive on the stage's barrier); any other block is gathered row by row
-        with cp.async, which zero-fills the rows past len_k (paged_kv.py: unused pool slots may
-        hold NaN). Returns (q_state, kv_state)."""
-        (
-            q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched,
-            page_tma,
-        ) = loads  # fmt: skip
-        tma_atom_Kp, tma_Kp, tma_atom_Vp, tma_Vp = page_tma
+        """All 128 producer threads: gather each key block's K and V rows of one tile (last block
+        first, as the MMA warpgroups consume); warp 0 issues Q's TMA after its share of the first
+        K block. Returns (q_state, kv_state)."""
+        q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched = loads
         pack_r, ratio = sched[2], sched[3]
-        head_kv = unit * pack_r // ratio
         tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
-        lane = cute.arch.lane_idx()
         kv = PagedKV.create(
-            mK, mV, mPageTable, batch_idx, head_kv, seqlen.len_k, tidx, gather_copy,
+            mK, mV, mPageTable, batch_idx, unit * pack_r // ratio, seqlen.len_k, tidx, gather_copy,
             self.dtype, self.tile_n, self.d_qk, self.d_v,
         )  # fmt: skip
-        mPages = mPageTable[batch_idx, None]
-        page_size = cute.size(mK.shape[1])
-        page_tma_ok = Int32(page_size % PAGE_CHUNK_ROWS == 0)
-        full_end = seqlen.len_k // self.tile_n  # blocks below it hold no key past len_k
         n_block_min, n_block_max = block_info.n_block_range()
         n_blocks = n_block_max - n_block_min
         if n_blocks <= 0:
             if warp_idx == 0:
                 self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r)
-        # Page reads one block ahead: the gathered rows' (all threads) or the TMA chunks' (warp 0,
-        # lane c: chunk c), in flight during the stage waits.
-        page_lane = Int32(0)
         if n_blocks > 0:
-            if const_expr(self.paged_tma):
-                if page_tma_ok != 0 and n_block_max - 1 < full_end:
-                    page_lane = chunk_page(mPages, n_block_max - 1, lane, seqlen.len_k, page_size, self.tile_n)
-                else:
-                    kv.fetch_pages(n_block_max - 1)
-            else:
-                kv.fetch_pages(n_block_max - 1)
+            kv.fetch_pages(n_block_max - 1)
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
-            page_now = page_lane
-            by_tma = False
-            if const_expr(self.paged_tma):
-                by_tma = page_tma_ok != 0 and n_block < full_end
-                if not by_tma:
-                    kv.resolve_rows(n_block)
-                if i + 1 < n_blocks:
-                    if page_tma_ok != 0:  # the blocks below a full one are full
-                        page_lane = chunk_page(mPages, n_block - 1, lane, seqlen.len_k, page_size, self.tile_n)
-                    else:
-                        kv.fetch_pages(n_block - 1)
-            else:
-                kv.resolve_rows(n_block)
-                if i + 1 < n_blocks:
-                    kv.fetch_pages(n_block - 1)  # in flight during this block's stage waits
+            kv.resolve_rows(n_block)
+            if i + 1 < n_blocks:
+                kv.fetch_pages(n_block - 1)  # in flight during this block's stage waits
             pipe_k.producer_acquire(kv_state)
-            self.fill_paged_stage(
-                kv, pipe_k, kv_state, by_tma, sK, tma_atom_Kp, tma_Kp, page_now, n_block, head_kv, page_size, tidx,
-                warp_idx, True,
-            )  # fmt: skip
+            kv.load(n_block, sK[None, None, kv_state.index], True)
+            cute.arch.cp_async_commit_group()
+            pipe_k.producer_commit(kv_state)
             if i == 0:
                 if warp_idx == 0:
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r)
             pipe_v.producer_acquire(kv_state)
-            self.fill_paged_stage(
-                kv, pipe_v, kv_state, by_tma, sV, tma_atom_Vp, tma_Vp, page_now, n_block, head_kv, page_size, tidx,
-                warp_idx, False,
-            )  # fmt: skip
+            kv.load(n_block, sV[None, None, kv_state.index], False)
+            cute.arch.cp_async_commit_group()
+            pipe_v.producer_commit(kv_state)
             kv_state.advance()
         q_state.advance()
         return q_state, kv_state
-
-    @cute.jit
-    def fill_paged_stage(
-        self, kv, pipe, kv_state, by_tma, sX, tma_atom, tma_pool, page_now, n_block, head_kv, page_size, tidx,
-        warp_idx, is_k: cutlass.Constexpr[bool],
-    ):  # fmt: skip
-        """Key block n_block's K (is_k) or V into its acquired stage: by TMA where `by_tma` (paged_tma
-        classes only), else gathered with cp.async (all 128 threads commit and arrive)."""
-        d = self.d_qk if const_expr(is_k) else self.d_v
-        tx_bytes = self.bytes_k if const_expr(is_k) else self.bytes_v
-        if const_expr(self.paged_tma):
-            if by_tma:
-                self.load_block_paged_tma(
-                    tma_atom, tma_pool, sX, pipe, kv_state, page_now, n_block, head_kv, page_size, tidx, warp_idx,
-                    d, tx_bytes,
-                )  # fmt: skip
-            else:
-                self.gather_stage(kv, pipe, kv_state, sX, n_block, is_k)
-        else:
-            self.gather_stage(kv, pipe, kv_state, sX, n_block, is_k)
-
-    @cute.jit
-    def gather_stage(self, kv, pipe, kv_state, sX, n_block: Int32, is_k: cutlass.Constexpr[bool]):
-        """cp.async gather of key block n_block into stage kv_state.index; commit and arrive."""
-        kv.load(n_block, sX[None, None, kv_state.index], is_k)
-        cute.arch.cp_async_commit_group()
-        pipe.producer_commit(kv_state)
-
-    @cute.jit
-    def load_block_paged_tma(
-        self, tma_atom, tma_pool, sX, pipe, kv_state, page_lane: Int32, n_block: Int32, head_kv: Int32,
-        page_size: Int32, tidx: Int32, warp_idx: Int32, d: cutlass.Constexpr[int], tx_bytes: cutlass.Constexpr[int],
-    ):  # fmt: skip
-        """A full key block of a paged pool into stage kv_state.index of sX by TMA: thread 0 arrives
-        on the stage's full barrier with the block's byte count, the other 127 producer threads
-        arrive plainly (the barrier counts 128 arrivals, as for a gathered block), and the four
-        producer warps issue one load per PAGE_CHUNK_ROWS rows, chunk c from warp c % 4
-        (paged_kv.load_block_tma; a load may complete before thread 0's byte count lands: the
-        barrier's transaction count may go negative, and the phase waits for thread 0's arrival)."""
-        bar = pipe.producer_get_barrier(kv_state)
-        if tidx == 0:
-            cute.arch.mbarrier_arrive_and_expect_tx(bar, tx_bytes)
-        else:
-            cute.arch.mbarrier_arrive(bar)
-        load_block_tma(
-            tma_atom, tma_pool, sX[None, None, kv_state.index], bar, page_lane, n_block, head_kv, page_size,
-            self.tile_n, d, warp_idx, PRODUCER_THREADS // 32,
-        )  # fmt: skip
 
     # ------------------------------------------------------------------ MMA warpgroups
     @cute.jit

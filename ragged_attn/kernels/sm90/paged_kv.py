@@ -30,9 +30,6 @@ from cutlass.cute.nvgpu import cpasync
 
 PRODUCER_THREADS = 128
 COPY_BITS = 128
-# Rows of one TMA load of a full key block (forward.py load_paged_tile): pools whose page size is a
-# multiple of it take full blocks by TMA, each load inside one page.
-PAGE_CHUNK_ROWS = 16
 
 
 def threads_per_row(dtype, d_qk: int, d_v: int) -> int:
@@ -200,54 +197,6 @@ class PagedKV:
                 src = cute.make_tensor(src_ptr, tXsX[None, m, k].layout)
                 cute.copy(self.tiled_copy, src, tXsX[None, m, k], pred=pred)
         assert elems * self.tpr * cute.size(tXsX, mode=[2]) == d
-
-
-@cute.jit
-def chunk_page(mPages: cute.Tensor, n_block: Int32, lane: Int32, len_k: Int32, page_size: Int32, tile_n: cutlass.Constexpr[int]) -> Int32:
-    """Lane c < tile_n // PAGE_CHUNK_ROWS: the page holding rows c * PAGE_CHUNK_ROWS .. of key block
-    n_block (the other lanes read chunk 0's; the token clamped below len_k, so the page-table row
-    is never read past the sequence's pages)."""
-    c = cutlass.min(lane, tile_n // PAGE_CHUNK_ROWS - 1)
-    token = cutlass.max(cutlass.min(n_block * tile_n + c * PAGE_CHUNK_ROWS, len_k - 1), 0)
-    return Int32(mPages[token // page_size])
-
-
-@cute.jit
-def load_block_tma(
-    tma_atom: cute.CopyAtom,
-    tma_pool: cute.Tensor,  # TMA coordinates over (page_size, d, H_kv, num_pages)
-    sX: cute.Tensor,  # (tile_n, d) smem stage
-    bar,  # the stage's full barrier (its transaction count set by the caller)
-    page_lane: Int32,  # lane c: chunk c's page (chunk_page)
-    n_block: Int32,
-    head_kv: Int32,
-    page_size: Int32,
-    tile_n: cutlass.Constexpr[int],
-    d: cutlass.Constexpr[int],
-    warp: Int32,  # this warp's index among the `warps` that share the loads
-    warps: cutlass.Constexpr[int],
-):
-    """TMA loads of key block n_block, PAGE_CHUNK_ROWS rows each (the page size is a multiple of
-    it, so a chunk never crosses a page), into sX: chunk c from warp c % warps."""
-    for c in cutlass.range_constexpr(tile_n // PAGE_CHUNK_ROWS):
-        page = cute.arch.shuffle_sync(page_lane, c)
-        if warp == c % warps:
-            load_chunk_tma(tma_atom, tma_pool, sX, bar, page, n_block, c, head_kv, page_size, tile_n, d)
-
-
-@cute.jit
-def load_chunk_tma(tma_atom, tma_pool, sX, bar, page: Int32, n_block: Int32, c: cutlass.Constexpr[int], head_kv: Int32,
-                   page_size: Int32, tile_n: cutlass.Constexpr[int], d: cutlass.Constexpr[int]):  # fmt: skip
-    """One warp: the TMA load of chunk c (rows c * PAGE_CHUNK_ROWS ..) of key block n_block."""
-    token = n_block * tile_n + c * PAGE_CHUNK_ROWS
-    slot = token - (token // page_size) * page_size
-    gX = cute.local_tile(tma_pool[None, None, head_kv, page], (PAGE_CHUNK_ROWS, d), (slot // PAGE_CHUNK_ROWS, 0))
-    tXsX, tXgX = cpasync.tma_partition(
-        tma_atom, 0, cute.make_layout(1),
-        cute.group_modes(cute.local_tile(sX, (PAGE_CHUNK_ROWS, d), (c, 0)), 0, 2),
-        cute.group_modes(gX, 0, 2),
-    )  # fmt: skip
-    cute.copy(tma_atom, tXgX, tXsX, tma_bar_ptr=bar)
 
 
 def gather_ref(pool, page_table_row, len_k: int, kv_layout: str):

@@ -56,9 +56,6 @@ class TileConfig:
     # idle warpgroups to the group's next query head (needs wg_epilogue and wg_skip). On for the
     # 192-row tiles only (`_tiles`): 128-row classes ran 1-2% slower unpacked with the code in.
     pack_gqa: bool = False
-    # Paged K/V: key blocks that lie below len_k arrive by TMA, 16 rows (inside one page) per load,
-    # where the page size is a multiple of 16; off: every block is gathered with cp.async.
-    paged_tma: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -177,9 +174,9 @@ def tile_config(layout_class) -> TileConfig:
     - Then pack_gqa only for the 192-row tiles: the 128-row classes ran 1-3% below base with it
       compiled in (mixed14 d128 513.7 vs 524.1); off, with pack_r a trace-time 1, they match
       base (mixed14 d128 533.4 vs 524.4, 4 x 512 278.4 vs 275.0, 64 x 128 159.4 vs 160.8).
-    - paged_tma (full key blocks of 16-multiple page sizes by TMA, 16 rows per load; the block
-      crossing len_k gathered): longtail14 d128 page 16/64/128 314 (one issuing warp), 317 (four)
-      [gather 338-347], not taken.
+    - Paged full key blocks by TMA (page sizes a multiple of 16, 16 rows per load inside a page;
+      the block crossing len_k gathered; built in a4d85dd, removed after): longtail14 d128 page
+      16/64/128 314 (one issuing warp), 317 (four) [gather 338-347], not taken.
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
