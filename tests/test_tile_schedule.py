@@ -13,6 +13,7 @@ from ragged_attn.kernels.sm90.tile_scheduler import (  # noqa: E402
     decode_tile_ref,
     launch_schedule_ref,
     tile_item_ref,
+    tile_items_ref,
 )
 
 
@@ -87,3 +88,18 @@ def test_packing_fills_the_idle_warpgroups_of_short_sequences():
 def test_packing_is_chosen_where_it_saves_a_tenth_of_the_tiles(lens, tile_m, packs):
     _, pack_r, *_ = launch_schedule_ref(lens, lens, 32, 8, tile_m, True)
     assert (pack_r == 4) == packs
+
+
+@pytest.mark.parametrize("num_wg", [2, 3])
+@pytest.mark.parametrize("pack_r", [1, 2, 3, 4, 5, 8, 16])
+def test_handed_over_items_match_the_item_formula(num_wg, pack_r):
+    """The producer hands each warpgroup its item with one division (tile_items, stepping the
+    query head); the MMA warpgroups used tile_item's division per warpgroup: the same items, and
+    the row span of tile_rows."""
+    for unit in range(3):
+        for tile in range(40):
+            words = tile_items_ref(unit, tile, pack_r, num_wg)
+            for w in range(num_wg):
+                assert words[2 * w : 2 * w + 2] == tile_item_ref(unit, tile, w, pack_r, num_wg)
+            first, last = tile * num_wg, tile * num_wg + num_wg - 1
+            assert words[-2:] == ((first // pack_r) * ROW_BLOCK, (last // pack_r + 1) * ROW_BLOCK)

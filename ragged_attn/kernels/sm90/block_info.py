@@ -54,6 +54,13 @@ class BlockInfo:
 
     _dynamic = ("row_lo", "row_hi", "len_q", "len_k", "off", "left", "right")
 
+    def _blocks(self, x: Int32) -> Int32:
+        """floor(x / tile_n): an arithmetic shift where tile_n is a power of two (one instruction
+        instead of a signed division's fix-ups), else the division."""
+        if self.tile_n & (self.tile_n - 1) == 0:
+            return x >> (self.tile_n.bit_length() - 1)
+        return x // self.tile_n
+
     # Device values travel through runtime loops as a flat list of IR values.
     def __extract_mlir_values__(self):
         return [v for name in self._dynamic for v in cutlass.extract_mlir_values(getattr(self, name))]
@@ -65,15 +72,15 @@ class BlockInfo:
     @cute.jit
     def n_block_range(self):
         """(n_block_min, n_block_max): key blocks any valid row of this tile may see."""
-        n_block_max = (self.len_k + (self.tile_n - 1)) // self.tile_n
+        n_block_max = self._blocks(self.len_k + (self.tile_n - 1))
         n_block_min = Int32(0)
         if const_expr(self.has_right):
             row_last = cutlass.min(self.row_hi, self.len_q) - 1
             col_end = cutlass.max(row_last + self.off + self.right + 1, 0)  # exclusive
-            n_block_max = cutlass.min(n_block_max, (col_end + (self.tile_n - 1)) // self.tile_n)
+            n_block_max = cutlass.min(n_block_max, self._blocks(col_end + (self.tile_n - 1)))
         if const_expr(self.has_left):
             col_begin = cutlass.max(self.row_lo + self.off - self.left, 0)
-            n_block_min = col_begin // self.tile_n
+            n_block_min = self._blocks(col_begin)
         return n_block_min, n_block_max
 
     @cute.jit
@@ -84,7 +91,7 @@ class BlockInfo:
         if const_expr(self.has_right):
             row_last = cutlass.min(row_first + rows, self.len_q) - 1
             col_end = cutlass.max(row_last + self.off + self.right + 1, 0)
-            n_block_max = cutlass.min(n_block_max, (col_end + (self.tile_n - 1)) // self.tile_n)
+            n_block_max = cutlass.min(n_block_max, self._blocks(col_end + (self.tile_n - 1)))
         return n_block_max
 
     @cute.jit
@@ -93,7 +100,7 @@ class BlockInfo:
         without a left bound, n_block_range's."""
         n_block_min, _ = self.n_block_range()
         if const_expr(self.has_left):
-            n_block_min = cutlass.max(row_first + self.off - self.left, 0) // self.tile_n
+            n_block_min = self._blocks(cutlass.max(row_first + self.off - self.left, 0))
         return n_block_min
 
     @cute.jit
@@ -103,14 +110,14 @@ class BlockInfo:
         of its own without the mask's branch (FlashAttention 3 and 4 peel the masked blocks the
         same way). n_lo > 0 only with a left bound; n_hi < n_block_range's end wherever the last
         block crosses len_k or the right bound."""
-        n_hi = self.len_k // self.tile_n
+        n_hi = self._blocks(self.len_k)
         if const_expr(self.has_right):
             r_end = cutlass.max(self.row_lo + self.off + self.right + 1, 0)
-            n_hi = cutlass.min(n_hi, r_end // self.tile_n)
+            n_hi = cutlass.min(n_hi, self._blocks(r_end))
         n_lo = Int32(0)
         if const_expr(self.has_left):
             l_first = cutlass.max(self.row_hi - 1 + self.off - self.left, 0)
-            n_lo = (l_first + (self.tile_n - 1)) // self.tile_n
+            n_lo = self._blocks(l_first + (self.tile_n - 1))
         return n_lo, n_hi
 
     @cute.jit

@@ -71,8 +71,10 @@ from .mainloop import SCHED_BARRIER_BASE, MmaMainloops
 from .paged_kv import PRODUCER_THREADS, PagedKV, make_gather_copy
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
-from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes
-from .tile_scheduler import PACK_MIN_SAVING, ROW_BLOCK, decode_tile, slot_slack, tile_item, tile_rows, total_tiles
+from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes, tile_words
+from .tile_scheduler import (
+    PACK_MIN_SAVING, ROW_BLOCK, decode_tile, slot_slack, tile_item, tile_items, tile_rows, total_tiles,
+)  # fmt: skip
 
 LOG2_E = math.log2(math.e)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
@@ -80,7 +82,9 @@ EPILOGUE_WG_BARRIER_BASE = 5  # ids 5 .. 7: one MMA warpgroup's own epilogue (wg
 REGISTERS_PER_SM = 65536
 TILE_STAGES = 2  # decoded tiles the producer warp may hand the MMA warpgroups ahead
 # One handed-over tile, Int32 words: go (0: no tile left), unit, tile, batch_idx, offset_q,
-# offset_k, len_q, len_k (tile_scheduler.py: a unit is a query head, or a K/V head with GQA packing).
+# offset_k, len_q, len_k (tile_scheduler.py: a unit is a query head, or a K/V head with GQA packing);
+# classes with GQA packing add each MMA warpgroup's item (row block, query head) and the row span of
+# the tile's items (tile_config.tile_words): the MMA warps then divide by nothing between tiles.
 TILE_WORDS = 8
 
 
@@ -157,6 +161,7 @@ class RaggedForwardSm90(MmaMainloops):
         # so each warpgroup stores its own O and LSE (wg_epilogue) and masks with its own rows.
         self.pack_gqa = config.pack_gqa and self.wg_epilogue and self.wg_skip
         self.q_stages = config.q_stages
+        self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
         if self.wg_skip and self.pingpong and self.num_stages < 2:
@@ -374,7 +379,7 @@ class RaggedForwardSm90(MmaMainloops):
 
         fields = {
             "mbar_tile": cute.struct.MemRange[cutlass.Int64, 2 * TILE_STAGES],
-            "tile_words": cute.struct.MemRange[Int32, TILE_WORDS * TILE_STAGES],
+            "tile_words": cute.struct.MemRange[Int32, self.tile_words * TILE_STAGES],
             "mbar_q": cute.struct.MemRange[cutlass.Int64, 2 * self.q_stages],
             "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
             "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
@@ -444,6 +449,16 @@ class RaggedForwardSm90(MmaMainloops):
         if const_expr(self.tma_o_store):
             if warp_idx % 4 == 0 and warp_idx >= 4:  # the warp of each MMA warpgroup that stores O
                 cpasync.prefetch_descriptor(tma_atom_O)
+        if warp_idx == 1:
+            # The first tile's decode (warp 0) searches cu_seqlens_q, then reads cu_seqlens_k and
+            # seqused: bring their lines towards this SM now, so the second dependent read
+            # does not go to DRAM (a launch's first tiles wait on it).
+            self.prefetch_lines(mCuSeqlensQ)
+            self.prefetch_lines(mCuSeqlensK)
+            if use_seqused_q != 0:
+                self.prefetch_lines(mSeqUsedQ)
+            if use_seqused_k != 0:
+                self.prefetch_lines(mSeqUsedK)
 
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(SharedStorage)
@@ -459,7 +474,7 @@ class RaggedForwardSm90(MmaMainloops):
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, tile_readers),
             defer_sync=True,
         )
-        sTile = storage.tile_words.get_tensor(cute.make_layout((TILE_WORDS, TILE_STAGES)))
+        sTile = storage.tile_words.get_tensor(cute.make_layout((self.tile_words, TILE_STAGES)))
         pipe_q = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_q.data_ptr(),
             num_stages=self.q_stages,
@@ -553,21 +568,37 @@ class RaggedForwardSm90(MmaMainloops):
 
     # ------------------------------------------------------------------ the persistent schedule
     @cute.jit
+    def prefetch_lines(self, mArr: cute.Tensor):
+        """One warp: prefetch the 128-byte lines of a small int32 array (the first 4096
+        elements) into L1, one line per lane and pass."""
+        lane = cute.arch.lane_idx()
+        n = cute.size(mArr.shape[0])
+        for k in cutlass.range_constexpr(4):
+            i = (lane + 32 * k) * 32
+            if i < n:
+                cute.arch.prefetch((mArr.iterator + i).llvm_ptr, cache_level="L1")
+
+    @cute.jit
     def tile_at(self, t: Int64, sched, mask_numbers):
         """Decode linear tile index t (tile_scheduler.py) into (unit, tile, batch_idx, has_rows,
-        seqlen, block_info); a whole warp decodes t together."""
+        seqlen, block_info, items); a whole warp decodes t together. items: `items_of`'s words,
+        computed once here for the hand-over, the block range and the Q loads."""
         _, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k = sched
         unit, tile, batch_idx, has_rows, seqlen = decode_tile(
             t, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
             self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8),
         )  # fmt: skip
-        block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers)
-        return unit, tile, batch_idx, has_rows, seqlen, block_info
+        items = self.items_of(unit, tile, pack_r)
+        rows = None
+        if const_expr(len(items) > 0):
+            rows = (items[-2], items[-1])
+        block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers, rows)
+        return unit, tile, batch_idx, has_rows, seqlen, block_info, items
 
     @cute.jit
-    def block_info_of(self, tile: Int32, pack_r: Int32, seqlen: SeqlenInfo, mask_numbers) -> BlockInfo:
+    def block_info_of(self, tile: Int32, pack_r: Int32, seqlen: SeqlenInfo, mask_numbers, rows=None) -> BlockInfo:
         """The key-block arithmetic of a sequence's tile `tile` (block_info.py) over the rows its
-        warpgroups' items span (tile_scheduler.tile_rows)."""
+        warpgroups' items span (tile_scheduler.tile_rows, or `rows` = (row_lo, row_hi) as handed over)."""
         window_left, window_right, bottom_right = mask_numbers
         off = Int32(0)
         if const_expr(self.has_right):
@@ -581,7 +612,10 @@ class RaggedForwardSm90(MmaMainloops):
             right = Int32(UNBOUNDED)
             if window_right >= 0:
                 right = window_right
-        row_lo, row_hi = tile_rows(tile, pack_r, self.num_mma_warpgroups)
+        if const_expr(rows is None):
+            row_lo, row_hi = tile_rows(tile, pack_r, self.num_mma_warpgroups)
+        else:
+            row_lo, row_hi = rows
         return BlockInfo(
             self.tile_n, self.has_left, self.has_right, row_lo, row_hi, seqlen.len_q, seqlen.len_k, off, left, right,
         )  # fmt: skip
@@ -623,7 +657,7 @@ class RaggedForwardSm90(MmaMainloops):
     def producer_walk(self, sched, mask_numbers, handoff, lse_args, load_one, loads, q_state, kv_state):
         """Producer warp 0's walk over this CTA's tiles, ragged and paged alike: decode each
         ticket's tile (the whole warp), hand a tile with query rows over (`hand_over`) and load it
-        with `load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state)
+        with `load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items)
         -> (q_state, kv_state)` (`load_tile` or `load_paged_tile`), or write a row-less tile's
         padded LSE -inf; then the next ticket (`next_tile`). Past the last, a tile with go = 0
         tells the readers to stop."""
@@ -633,43 +667,57 @@ class RaggedForwardSm90(MmaMainloops):
         lane = cute.arch.lane_idx()
         t = Int64(cute.arch.block_idx()[0])
         while t < num_tiles:
-            unit, tile, batch_idx, has_rows, seqlen, block_info = self.tile_at(t, sched, mask_numbers)
+            unit, tile, batch_idx, has_rows, seqlen, block_info, items = self.tile_at(t, sched, mask_numbers)
             if has_rows != 0:
-                tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(1), unit, tile, batch_idx, seqlen)
-                q_state, kv_state = load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state)
+                tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(1), unit, tile, batch_idx, seqlen, items)
+                q_state, kv_state = load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items)
             else:
                 self.fill_padded_lse(lse_args, seqlen, batch_idx, unit, tile, pack_r, lane, 32)
-            t = self.next_tile(t, num_tiles, mTileCounter)
+            # The ticket after this tile's loads: taken earlier (at the tile's decode), it cost 4 x
+            # 512 d128 6% (a CTA claims its next tile before it has room for it; H200, session 5).
+            t = self.next_tile(t, self.take_ticket(num_tiles, mTileCounter), num_tiles, mTileCounter)
         none = SeqlenInfo(Int32(0), Int32(0), Int32(0), Int32(0))
-        tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(0), Int32(0), Int32(0), Int32(0), none)
+        tile_state = self.hand_over(
+            pipe_tile, sTile, tile_state, Int32(0), Int32(0), Int32(0), Int32(0), none, self.items_of(Int32(0), Int32(0), pack_r)
+        )  # fmt: skip
 
     @cute.jit
-    def reader_walk(self, handoff, mask_numbers, run_one, run_args, q_state, kv_state):
+    def reader_walk(self, handoff, mask_numbers, run_one, run_args, q_state, kv_state, wg_idx=None):
         """The walk of everyone who reads the handed-over tiles (the MMA warpgroups; paged, also
         producer warps 1-3): `run_one(run_args, seqlen, block_info, tile, unit, batch_idx,
-        q_state, kv_state) -> (q_state, kv_state)` (`mma_tile` or `load_paged_tile`) per tile,
-        until one with go = 0."""
+        q_state, kv_state, item) -> (q_state, kv_state)` (`mma_tile` or `load_paged_tile`) per
+        tile, until one with go = 0. item: MMA warpgroup wg_idx's (row_block, head_idx) as handed
+        over (classes with GQA packing), else None."""
         pipe_tile, sTile, _, pack_r = handoff
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
-        go, unit, tile, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
+        go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
         while go != 0:
-            block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers)
-            q_state, kv_state = run_one(run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state)
-            go, unit, tile, batch_idx, seqlen, tile_state = self.take_over(pipe_tile, sTile, tile_state)
+            block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers, rows)
+            q_state, kv_state = run_one(run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item)
+            go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
 
     @cute.jit
-    def next_tile(self, t: Int64, num_tiles: Int64, mTileCounter: cute.Tensor) -> Int64:
-        """The producer warp's next tile index. Dynamic: lane 0 takes a ticket f from the counter
-        and the tile is f + gridDim.x (the first gridDim.x tiles are the CTAs' own). Every tile
-        taken costs one ticket, so a launch takes exactly num_tiles tickets, 0 .. num_tiles - 1;
-        whoever takes the last one puts the counter back to 0 for the next launch on the stream.
-        Above 2**31 - 1 tiles (tickets are int32) the static stride t + gridDim.x."""
+    def take_ticket(self, num_tiles: Int64, mTileCounter: cute.Tensor) -> Int32:
+        """Lane 0 of the producer warp takes a ticket f from the tile counter (every lane returns
+        a value; only lane 0's is the ticket, read by `next_tile`). None above 2**31 - 1 tiles."""
+        f = Int32(0)
+        if num_tiles <= Int64(2**31 - 1):
+            if cute.arch.lane_idx() == 0:
+                f = Int32(cute.arch.atomic_add(mTileCounter.iterator, Int32(1), sem="relaxed", scope="gpu"))
+        return f
+
+    @cute.jit
+    def next_tile(self, t: Int64, ticket: Int32, num_tiles: Int64, mTileCounter: cute.Tensor) -> Int64:
+        """The producer warp's next tile index. Dynamic: the ticket f lane 0 took
+        (`take_ticket`) gives tile f + gridDim.x (the first gridDim.x tiles are the CTAs' own).
+        Every tile taken costs one ticket, so a launch takes exactly num_tiles tickets, 0 ..
+        num_tiles - 1; whoever takes the last one puts the counter back to 0 for the next launch
+        on the stream. Above 2**31 - 1 tiles (tickets are int32) the static stride t + gridDim.x."""
         grid = Int64(cute.arch.grid_dim()[0])
         nt = t + grid
         if num_tiles <= Int64(2**31 - 1):
-            f = Int32(0)
+            f = ticket
             if cute.arch.lane_idx() == 0:
-                f = Int32(cute.arch.atomic_add(mTileCounter.iterator, Int32(1), sem="relaxed", scope="gpu"))
                 if Int64(f) == num_tiles - 1:
                     mTileCounter[0] = Int32(0)
             f = cute.arch.shuffle_sync(f, 0)
@@ -677,33 +725,50 @@ class RaggedForwardSm90(MmaMainloops):
         return nt
 
     @cute.jit
+    def items_of(self, unit: Int32, tile: Int32, pack_r: Int32):
+        """The words a packing class hands over beside the tile: each MMA warpgroup's item
+        (row_block, head_idx), then the row span (row_lo, row_hi) of them all (tile_scheduler's
+        tile_item and tile_rows); () for the other classes."""
+        words = ()
+        if const_expr(self.tile_words > TILE_WORDS):
+            words = tile_items(unit, tile, pack_r, self.num_mma_warpgroups)
+        return words
+
+    @cute.jit
     def hand_over(
         self, pipe_tile, sTile: cute.Tensor, tile_state, go: Int32, unit: Int32, tile: Int32,
-        batch_idx: Int32, seqlen: SeqlenInfo,
+        batch_idx: Int32, seqlen: SeqlenInfo, items,
     ):  # fmt: skip
-        """Producer warp -> MMA warpgroups: one decoded tile (TILE_WORDS) through the tile
-        pipeline's slots, so the MMA warpgroups never read cu_seqlens (a search's dependent global
-        loads between two of their tiles)."""
+        """Producer warp -> MMA warpgroups: one decoded tile (`tile_words` words: TILE_WORDS, then
+        `items_of`'s) through the tile pipeline's slots, so the MMA warpgroups never read
+        cu_seqlens (a search's dependent global loads between two of their tiles) nor divide by
+        the GQA ratio."""
         pipe_tile.producer_acquire(tile_state)
         if cute.arch.lane_idx() == 0:
             i = tile_state.index
-            words = (go, unit, tile, batch_idx, seqlen.offset_q, seqlen.offset_k, seqlen.len_q, seqlen.len_k)
-            for w in cutlass.range_constexpr(TILE_WORDS):
+            words = (go, unit, tile, batch_idx, seqlen.offset_q, seqlen.offset_k, seqlen.len_q, seqlen.len_k) + items
+            for w in cutlass.range_constexpr(self.tile_words):
                 sTile[w, i] = words[w]
         pipe_tile.producer_commit(tile_state)
         tile_state.advance()
         return tile_state
 
     @cute.jit
-    def take_over(self, pipe_tile, sTile: cute.Tensor, tile_state):
-        """MMA threads: the next decoded tile, (go, unit, tile, batch_idx, seqlen, tile_state)."""
+    def take_over(self, pipe_tile, sTile: cute.Tensor, tile_state, wg_idx=None):
+        """Readers: the next decoded tile, (go, unit, tile, batch_idx, seqlen, item, rows,
+        tile_state); item = MMA warpgroup wg_idx's (row_block, head_idx) and rows = (row_lo,
+        row_hi) where the class hands them over (else None)."""
         pipe_tile.consumer_wait(tile_state)
         i = tile_state.index
         go, unit, tile, batch_idx = sTile[0, i], sTile[1, i], sTile[2, i], sTile[3, i]
         seqlen = SeqlenInfo(sTile[4, i], sTile[5, i], sTile[6, i], sTile[7, i])
+        item, rows = None, None
+        if const_expr(self.tile_words > TILE_WORDS and wg_idx is not None):
+            item = (sTile[TILE_WORDS + 2 * wg_idx, i], sTile[TILE_WORDS + 1 + 2 * wg_idx, i])
+            rows = (sTile[self.tile_words - 2, i], sTile[self.tile_words - 1, i])
         pipe_tile.consumer_release(tile_state)
         tile_state.advance()
-        return go, unit, tile, batch_idx, seqlen, tile_state
+        return go, unit, tile, batch_idx, seqlen, item, rows, tile_state
 
     @cute.jit
     def fill_padded_lse(
@@ -725,7 +790,10 @@ class RaggedForwardSm90(MmaMainloops):
                             mLSE[idx] = -Float32.inf
 
     @cute.jit
-    def load_q(self, q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, unit: Int32, pack_r: Int32):
+    def load_q(
+        self, q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, unit: Int32, pack_r: Int32,
+        items=(),
+    ):  # fmt: skip
         """Q of a tile into Q buffer q_state.index: one TMA load of tile_m rows of one head
         (unpacked), or (packed, q_tma's per-warpgroup atom) one load per MMA warpgroup of its
         item's 64 rows (a row block of one query head, tile_scheduler.tile_item) into its slice,
@@ -735,7 +803,7 @@ class RaggedForwardSm90(MmaMainloops):
         pipe_q.producer_acquire(q_state)
         if const_expr(self.pack_gqa):
             if pack_r != 1:
-                self.load_q_items(tma_Qw, sQ, tma_atom_Qw, pipe_q, q_state, seqlen, tile, unit, pack_r)
+                self.load_q_items(tma_Qw, sQ, tma_atom_Qw, pipe_q, q_state, seqlen, items)
             else:
                 self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
         else:
@@ -753,11 +821,12 @@ class RaggedForwardSm90(MmaMainloops):
         cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
 
     @cute.jit
-    def load_q_items(self, tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, unit: Int32, pack_r: Int32):
-        """One TMA load per MMA warpgroup of its item's 64 rows (a packed tile)."""
+    def load_q_items(self, tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, items):
+        """One TMA load per MMA warpgroup of its item's 64 rows (a packed tile; items: the tile's
+        `items_of` words)."""
         sQ_stage = sQ[None, None, q_state.index]
         for w in cutlass.range_constexpr(self.num_mma_warpgroups):
-            row_block, head_idx = tile_item(unit, tile, w, pack_r, self.num_mma_warpgroups)
+            row_block, head_idx = items[2 * w], items[2 * w + 1]
             gQ = cute.local_tile(
                 cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
                 (ROW_BLOCK, self.d_qk),
@@ -773,13 +842,16 @@ class RaggedForwardSm90(MmaMainloops):
     @cute.jit
     def load_tile(
         self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
-        q_state, kv_state,
+        q_state, kv_state, items=(),
     ):  # fmt: skip
         """Producer warp 0 (ragged): TMA loads of one tile's key blocks, last first, and Q after
         the first block's K (or alone when the tile sees no key). Returns (q_state, kv_state)."""
         q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched = loads
         pack_r, ratio = sched[2], sched[3]
-        head_kv = unit * pack_r // ratio  # every item of the tile reads this K/V head
+        # Every item of the tile reads this K/V head: a packed tile's unit is it (pack_r = ratio).
+        head_kv = unit
+        if pack_r == 1:
+            head_kv = unit // ratio
         gK = cute.local_tile(
             cute.domain_offset((seqlen.offset_k, 0), tma_K[None, None, head_kv]),
             (self.tile_n, self.d_qk),
@@ -801,7 +873,7 @@ class RaggedForwardSm90(MmaMainloops):
         # Block i (i = 0 .. n_blocks - 1) is key block n_block_max - 1 - i; Q goes after block 0's K
         # (or alone when the tile sees no key).
         if n_blocks <= 0:
-            self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r)
+            self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
             pipe_k.producer_acquire(kv_state)
@@ -812,7 +884,7 @@ class RaggedForwardSm90(MmaMainloops):
                 tma_bar_ptr=pipe_k.producer_get_barrier(kv_state),
             )
             if i == 0:
-                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r)
+                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
             pipe_v.producer_acquire(kv_state)
             cute.copy(
                 tma_atom_V,
@@ -862,7 +934,7 @@ class RaggedForwardSm90(MmaMainloops):
     @cute.jit
     def load_paged_tile(
         self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
-        q_state, kv_state,
+        q_state, kv_state, items=(),
     ):  # fmt: skip
         """All 128 producer threads: gather each key block's K and V rows of one tile (last block
         first, as the MMA warpgroups consume); warp 0 issues Q's TMA after its share of the first
@@ -878,7 +950,7 @@ class RaggedForwardSm90(MmaMainloops):
         n_blocks = n_block_max - n_block_min
         if n_blocks <= 0:
             if warp_idx == 0:
-                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r)
+                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
         if n_blocks > 0:
             kv.fetch_pages(n_block_max - 1)
         for i in cutlass.range(n_blocks, unroll=1):
@@ -892,7 +964,7 @@ class RaggedForwardSm90(MmaMainloops):
             pipe_k.producer_commit(kv_state)
             if i == 0:
                 if warp_idx == 0:
-                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r)
+                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
             pipe_v.producer_acquire(kv_state)
             kv.load(n_block, sV[None, None, kv_state.index], False)
             cute.arch.cp_async_commit_group()
@@ -955,7 +1027,7 @@ class RaggedForwardSm90(MmaMainloops):
         out_args = (gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale)
 
         run_args = (tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, handoff[3])
-        self.reader_walk(handoff, mask_numbers, self.mma_tile, run_args, q_state, kv_state)
+        self.reader_walk(handoff, mask_numbers, self.mma_tile, run_args, q_state, kv_state, wg_idx)
         if const_expr(self.tma_o_store):
             if tidx % 128 < 32:  # this warpgroup's last O store has read sO before the CTA exits
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
@@ -963,14 +1035,18 @@ class RaggedForwardSm90(MmaMainloops):
     @cute.jit
     def mma_tile(
         self, run_args, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
-        q_state, kv_state,
+        q_state, kv_state, item=None,
     ):  # fmt: skip
         """One tile with query rows on the MMA warpgroups: wait for Q, run the key blocks, release
         Q (after the mainloop, or after the epilogue has read O back when O's buffer is Q's), then
         the epilogue. Each warpgroup computes its own item (a row block of one query head,
-        tile_scheduler.tile_item). Returns (q_state, kv_state)."""
+        tile_scheduler.tile_item; `item`, as handed over, where the class hands it over). Returns
+        (q_state, kv_state)."""
         tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, pack_r = run_args
-        row_block, head_idx = tile_item(unit, tile, wg_idx, pack_r, self.num_mma_warpgroups)
+        if const_expr(item is None):
+            row_block, head_idx = tile_item(unit, tile, wg_idx, pack_r, self.num_mma_warpgroups)
+        else:
+            row_block, head_idx = item
         # The sequence row of tile row 0 as this warpgroup sees it (its rows are row0 + 64 wg_idx ..);
         # without GQA packing, tile * tile_m for every warpgroup.
         row0 = (row_block - wg_idx) * ROW_BLOCK

@@ -31,10 +31,13 @@ def apply_mask(
 ):
     acc_mn = acc_rows_view(acc_S)
     coord_mn = acc_rows_view(tScS)
-    col_base = n_block * tile_n
+    # Columns relative to this thread's first one: each is then a constant (the thread's base
+    # cancels), so a column test is one compare with an immediate, not an add and a compare.
+    col_thread = coord_mn[0, 0][1]
+    col_base = n_block * tile_n + col_thread
     for r in cutlass.range_constexpr(cute.size(acc_mn, mode=[0])):
         row = row0 + coord_mn[r, 0][0]
-        # Columns [col_lo, col_hi) of this row survive, in tile-local units.
+        # Columns [col_lo, col_hi) of this row survive, relative to col_base.
         col_hi = len_k - col_base
         if const_expr(has_right):
             col_hi = cutlass.min(col_hi, row + off + right + 1 - col_base)
@@ -42,7 +45,7 @@ def apply_mask(
         if const_expr(has_left):
             col_lo = row + off - left - col_base
         for c in cutlass.range_constexpr(cute.size(acc_mn, mode=[1])):
-            col = coord_mn[r, c][1]
+            col = coord_mn[r, c][1] - col_thread
             keep = col < col_hi
             if const_expr(has_left):
                 keep = keep & (col >= col_lo)

@@ -22,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 
 SMEM_CAPACITY = 232448  # bytes of dynamic smem per CTA on sm_90 (227 KiB)
-_TILE_STAGES = 2  # forward.TILE_STAGES; the decoded tiles' slots: 8 int32 words each (forward.TILE_WORDS)
+_TILE_STAGES = 2  # forward.TILE_STAGES; the decoded tiles' slots of `tile_words` int32 words each
 _ALIGN = 1024  # every smem operand buffer starts on a 1024-byte boundary (128-byte swizzle)
 
 
@@ -72,10 +72,16 @@ def _round_up(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
 
+def tile_words(cfg: TileConfig) -> int:
+    """Int32 words of one handed-over tile (forward.py hand_over): 8 (forward.TILE_WORDS), and with
+    GQA packing each MMA warpgroup's item (2 words) and the items' row span (2 words)."""
+    return 8 + (2 * (cfg.tile_m // 64) + 2 if cfg.pack_gqa else 0)
+
+
 def smem_bytes(cfg: TileConfig, d_qk: int, d_v: int, o_separate: bool, elem_bytes: int = 2) -> int:
     """Shared memory the kernel allocates: barriers (full and empty per stage of the Q, K, V and tile
     pipelines) and the decoded tiles' slots, then Q stages, K stages, V stages (and O) buffers."""
-    total = 8 * 2 * (cfg.q_stages + 2 * cfg.num_stages + _TILE_STAGES) + 4 * 8 * _TILE_STAGES
+    total = 8 * 2 * (cfg.q_stages + 2 * cfg.num_stages + _TILE_STAGES) + 4 * tile_words(cfg) * _TILE_STAGES
     bufs = [cfg.q_stages * cfg.tile_m * d_qk, cfg.num_stages * cfg.tile_n * d_qk, cfg.num_stages * cfg.tile_n * d_v]
     if o_separate:
         bufs.append(cfg.tile_m * d_v)
@@ -177,6 +183,12 @@ def tile_config(layout_class) -> TileConfig:
     - Paged full key blocks by TMA (page sizes a multiple of 16, 16 rows per load inside a page;
       the block crossing len_k gathered; built in a4d85dd, removed after): longtail14 d128 page
       16/64/128 314 (one issuing warp), 317 (four) [gather 338-347], not taken.
+    Measured on an H200, 2026-12-02 (session 5), same method, base = 7c27fae in the same process
+    (docs/benchmarks/2026-12-02-h200-issue10-session5; ncu beside cuDNN's 64 x 128 x 64 kernel):
+    - pack_gqa classes hand each warpgroup its item with the tile (`tile_words` 16; one division
+      in the producer), shift-divided block ranges, constant-offset mask compares, one LSE index
+      per thread: 64 x 128 d64 93.9 -> 104.9 [cuDNN 100.0], 16 x 256 d64 125.9 -> 135.8 [139.6],
+      d32 64 x 128 53.2 -> 59.6, 16 x 256 72.5 -> 78.1; d128 rows +1-2%; long rows within noise.
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)

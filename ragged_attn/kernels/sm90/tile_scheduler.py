@@ -121,6 +121,27 @@ def tile_item(unit: Int32, tile: Int32, w, pack_r: Int32, num_wg: cutlass.Conste
 
 
 @cute.jit
+def tile_items(unit: Int32, tile: Int32, pack_r: Int32, num_wg: cutlass.Constexpr[int]):
+    """Every warpgroup's item of tile `tile` and their row span, flat: (row_block_0, head_0, ...,
+    row_block_{W-1}, head_{W-1}, row_lo, row_hi), as `tile_item` and `tile_rows` give them, with one
+    division: a tile's items are consecutive, so the query head steps by one and wraps to the
+    group's first head and the next row block (the producer warp's latency per tile shows on the
+    shortest batches)."""
+    row_block, head_idx = tile_item(unit, tile, 0, pack_r, num_wg)
+    row_lo = row_block * ROW_BLOCK
+    first_head = unit * pack_r
+    words = ()
+    for w in cutlass.range_constexpr(num_wg):
+        if cutlass.const_expr(w > 0):
+            head_idx = head_idx + 1
+            if head_idx == first_head + pack_r:
+                head_idx = first_head
+                row_block = row_block + 1
+        words = words + (row_block, head_idx)
+    return words + (row_lo, (row_block + 1) * ROW_BLOCK)
+
+
+@cute.jit
 def tile_rows(tile: Int32, pack_r: Int32, num_wg: cutlass.Constexpr[int]):
     """(row_lo, row_hi): the query rows [row_lo, row_hi) that span the row blocks of every item of
     tile `tile` (not clipped to len_q)."""
@@ -257,6 +278,21 @@ def decode_tile_ref(t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, ls
     tile = tiles_q - 1 - slot if slot < tiles_q else slot
     has_rows = int(has_slot and tile < tiles_q)
     return unit, tile, b, has_rows, pack_r
+
+
+def tile_items_ref(unit, tile, pack_r, num_wg):
+    """Pure-Python twin of `tile_items` (its stepping, not tile_item's division), for tests."""
+    row_block, head_idx = divmod(tile * num_wg, pack_r)
+    head_idx += unit * pack_r
+    row_lo = row_block * ROW_BLOCK
+    words = []
+    for w in range(num_wg):
+        if w > 0:
+            head_idx += 1
+            if head_idx == unit * pack_r + pack_r:
+                head_idx, row_block = unit * pack_r, row_block + 1
+        words += [row_block, head_idx]
+    return tuple(words) + (row_lo, (row_block + 1) * ROW_BLOCK)
 
 
 def tile_item_ref(unit, tile, w, pack_r, num_wg):
