@@ -5,10 +5,13 @@ checked against the reference as the sweep does.
 Usage: compute-sanitizer --tool memcheck|racecheck python tools/sanitize_sm90.py [COUNT] [MIN_ROWS] [MAX_ROWS]
 (COUNT problems, default 8, half of them paged, with MIN_ROWS..MAX_ROWS query tokens x query heads,
 default 2048..65536: 16..512 tiles of 128 rows, so the 132 persistent CTAs take several each).
+SANITIZE_PACKED=1 adds two problems whose launch packs GQA groups (tile_scheduler.py: 64 x 128 and
+16 x 256 tokens at 32/8 heads, d64 and d32, causal, ragged): the items handed over with each tile.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -36,6 +39,14 @@ def main():
     paged = [f for f in order if f[2] == "paged"]
     chosen = ragged[: count - count // 2] + paged[: count // 2]
     picked = [first[f] for f in chosen]
+    if os.environ.get("SANITIZE_PACKED") == "1":
+        base = first[ragged[0]]
+        for lens, d in (((128,) * 64, 64), ((256,) * 16, 32)):
+            picked.append(dataclasses.replace(
+                base, lens_q=lens, lens_k=lens, h_q=32, h_kv=8, d_qk=d, d_v=d, causal=True, window=(-1, -1),
+                gaps_q=None, gaps_k=None, q_lead=0, q_tail=0, k_lead=0, k_tail=0, in_pad=0,
+                max_seqlen_q=None, max_seqlen_k=None, lse_layout="token_major",
+            ))  # fmt: skip
     for p in picked:
         run_and_check(p, "cuda", sync_debug=False)
         torch.cuda.synchronize()
