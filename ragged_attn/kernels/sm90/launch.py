@@ -53,6 +53,8 @@ _CAPTURE_BANKS: dict = {}  # device index -> [int32 (_CAPTURE_BANK_SLOTS,) tenso
 _SPENT_BANKS: list = []
 _BANKS_WANTED: set = set()  # devices whose bank a capture found missing or spent
 _BANK_LOCK = threading.Lock()  # two threads capturing at once never take one slot
+_ALLOC_STREAMS: dict = {}  # device index -> the stream _lasting_zeros allocates on
+_ALLOC_LOCK = threading.Lock()
 
 
 def tile_counter(q):
@@ -84,7 +86,7 @@ def tile_counter(q):
     key = (dev, torch._C._cuda_getCurrentRawStream(dev))
     counter = _COUNTERS.get(key)
     if counter is None:
-        counter = _COUNTERS[key] = torch.zeros((1,), dtype=torch.int32, device=q.device)
+        counter = _COUNTERS[key] = _lasting_zeros(1, q.device)
         if dev not in _CAPTURE_BANKS:
             _new_capture_bank(dev, q.device)
     if _BANKS_WANTED and dev in _BANKS_WANTED:  # the hot path pays one set test
@@ -94,8 +96,6 @@ def tile_counter(q):
 
 def _new_capture_bank(dev: int, device) -> None:
     """A fresh zeroed capture bank for device `dev` (outside any capture); a spent one is kept."""
-    import torch
-
     with _BANK_LOCK:
         _BANKS_WANTED.discard(dev)
         bank = _CAPTURE_BANKS.get(dev)
@@ -103,7 +103,30 @@ def _new_capture_bank(dev: int, device) -> None:
             return
         if bank is not None:
             _SPENT_BANKS.append(bank[0])
-        _CAPTURE_BANKS[dev] = [torch.zeros((_CAPTURE_BANK_SLOTS,), dtype=torch.int32, device=device), 0]
+        _CAPTURE_BANKS[dev] = [_lasting_zeros(_CAPTURE_BANK_SLOTS, device), 0]
+
+
+def _lasting_zeros(n: int, device):
+    """A zeroed int32 (n,) tensor kept for the process's lifetime, made outside any capture. On a
+    side stream it is allocated and zeroed on a stream of this module's own (one per device, never
+    the legacy default stream, which a capture elsewhere in the process would forbid), and the
+    current stream waits for that: torch.compile's CUDA-graph trees route the allocations made on
+    their own stream (their eager warm-up run included) to the graph's memory pool, and a pool
+    tensor that outlives the recording stops it ("tensor(s) in the cudagraph pool not tracked as
+    outputs"). On the default stream: a plain torch.zeros."""
+    import torch
+
+    current = torch.cuda.current_stream(device)
+    if current == torch.cuda.default_stream(device):
+        return torch.zeros((n,), dtype=torch.int32, device=device)
+    with _ALLOC_LOCK:
+        side = _ALLOC_STREAMS.get(device.index)
+        if side is None:
+            side = _ALLOC_STREAMS[device.index] = torch.cuda.Stream(device)
+    with torch.cuda.stream(side):
+        zeros = torch.zeros((n,), dtype=torch.int32, device=device)
+    current.wait_stream(side)
+    return zeros
 
 
 def _cutlass_dtype(name: str):
