@@ -7,9 +7,11 @@ Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the pers
   heads' 64-row blocks fill the tile's warpgroups one each, or a query head; `next_tile` here: the
   counter, which every launch leaves at 0). Ragged K/V: warp 0 of the producer warpgroup takes
   each ticket, decodes the tile (the whole warp searches cu_seqlens_q) and hands the decoded tile
-  (unit, tile, sequence, offsets, lengths) to the MMA warpgroups (and, paged, to the other
-  three producer warps, which gather K/V beside it) through a 2-slot smem pipeline. Q arrives in
-  one TMA load per MMA warpgroup (its item's rows).
+  (unit, tile, sequence, offsets, lengths; with GQA packing also each warpgroup's item and the
+  items' row span, so the MMA warps divide by nothing) to the MMA warpgroups (and, paged, to the
+  other three producer warps, which gather K/V beside it) through a 2-slot smem pipeline; warp 1
+  prefetches the cu_seqlens lines at the start. Q arrives in one TMA load per tile, or with
+  packing one per MMA warpgroup (its item's rows).
 - 3 or 4 warpgroups, 384 or 512 threads (2 or 3 MMA warpgroups: tile_m 128 or 192). Warpgroup 0 is the producer: its warp 0 issues TMA loads of Q
   (`q_stages` buffers: 2 where O has its own buffer) and of K and V (two `PipelineTmaAsync`s,
   `num_stages` deep), walking the key blocks from the last one down. The K/V stages run on across
