@@ -132,7 +132,9 @@ class Tensors(NamedTuple):
 def _normalise_causal(causal) -> tuple[bool, str]:
     # The type first: `in` on a numpy array or tensor compares elementwise and raises its own error.
     if not isinstance(causal, (bool, str)) or causal not in CAUSAL_VALUES:
-        raise ValueError(f"causal: expected False, True (bottom-right aligned) or 'top_left', got {causal!r}")
+        raise ValueError(
+            f"causal: expected False, True or 'bottom_right' (bottom-right aligned) or 'top_left', got {causal!r}"
+        )
     if causal is False:
         return False, "bottom_right"
     if causal == "top_left":

@@ -115,6 +115,15 @@ def test_bench_defaults_run_on_a_cpu_machine(tmp_path):
     assert (tmp_path / "host_us.png").exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU default of --suite")
+def test_bare_bench_on_a_cpu_runs_the_smoke_suite_and_says_so(tmp_path, capsys):
+    """A newcomer's bare `python -m ragged_attn bench` on a CPU sat for minutes in dense-long on the
+    reference backend with no row printed: without --suite a CPU runs smoke, and says why."""
+    assert main(["--out", str(tmp_path), "--no-plots"]) == 0
+    assert "running the smoke suite" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["smoke.json"]
+
+
 def test_uniform14_rule_gives_14_sequences_of_16879_tokens():
     """Suite issue10's mix: torch.Generator().manual_seed(1), randint(64, 2048) one length at a
     time until the sum reaches 16384."""

@@ -26,6 +26,19 @@ def test_readme_use_block_runs_and_matches_its_comments():
     assert scope["out3"].shape == (12, 4, 64) and torch.isfinite(scope["out3"].float()).all()
 
 
+def test_readme_adapter_block_runs_after_the_use_block_and_matches_attention():
+    """The drop-in adapters' example calls, continuing the "Use" block's tensors (a newcomer put
+    FA4's cu_seqlens positionally into its qv slot: the README shows the keyword call)."""
+    import ragged_attn
+
+    scope: dict = {}
+    exec(compile(_use_block(), str(README), "exec"), scope)
+    exec(compile(_use_block("Drop-in adapters"), str(README), "exec"), scope)
+    want = ragged_attn.attention(scope["q"], scope["k"], scope["v"], scope["cu"], scope["cu"], 7, 7, causal=True)
+    for name in ("o1", "o2", "o3", "o4"):
+        assert torch.equal(scope[name], want), name
+
+
 def test_readme_torch_compile_block_runs():
     import torch._dynamo
 

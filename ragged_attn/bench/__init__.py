@@ -48,7 +48,8 @@ def default_out(device) -> Path:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m ragged_attn bench", description=__doc__.splitlines()[0])
     p.add_argument("--suite", nargs="+", action="extend", choices=list(SUITES), metavar="NAME",
-                   help=f"suites to run (default: dense-long serving); known: {', '.join(SUITES)}")
+                   help=f"suites to run (default: dense-long serving on a GPU, smoke on a CPU, where the "
+                        f"reference backend would take many minutes per suite); known: {', '.join(SUITES)}")
     p.add_argument("--peers", nargs="+", action="extend", metavar="NAME",
                    help=f"systems to run (default: all: {' '.join(DEFAULT_PEERS)})")
     p.add_argument("--out", type=Path, help="report directory (default: docs/benchmarks/<date>-<gpu>/ under the "
@@ -109,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         why = s.availability(device)
         if why:
             print(f"# {s.name}: n/a: {why}", flush=True)
-    for name in a.suite or ["dense-long", "serving"]:
+    suites = a.suite or (["dense-long", "serving"] if device.type == "cuda" else ["smoke"])
+    if not a.suite and device.type != "cuda":
+        print("# no GPU: running the smoke suite (pass --suite to time others on the reference backend; "
+              "they take many minutes each)", flush=True)
+    for name in suites:
         print(f"## suite {name}", flush=True)
         path = out / f"{name}.json"
         result = run_suite(name, systems, device, check_outputs=not a.no_check,

@@ -68,7 +68,8 @@ def decline_unserved(**options) -> None:
             what = {
                 "dropout_p": "ragged_attn is an inference forward (no dropout)",
                 "alibi_slopes": "ALiBi is not served yet",
-                "qv": "the MLA-absorbed qv term is not served",
+                "qv": "the MLA-absorbed qv term is not served (in FA4's order qv is the 4th positional "
+                      "argument: pass cu_seqlens_q= and the rest by keyword)",
                 "gather_kv_indices": "top-k KV gathering (sparse MLA) is not served",
                 "score_mod": "score modifiers are not served",
                 "score_mod_bwd": "score modifiers are not served",
