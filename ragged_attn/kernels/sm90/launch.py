@@ -113,9 +113,12 @@ def _lasting_zeros(n: int, device):
     current stream waits for that: torch.compile's CUDA-graph trees route the allocations made on
     their own stream (their eager warm-up run included) to the graph's memory pool, and a pool
     tensor that outlives the recording stops it ("tensor(s) in the cudagraph pool not tracked as
-    outputs"). On the default stream: a plain torch.zeros."""
+    outputs"). On the default stream (or a CPU stand-in, tests/test_tile_counter_bank.py): a plain
+    torch.zeros."""
     import torch
 
+    if device.type != "cuda":
+        return torch.zeros((n,), dtype=torch.int32, device=device)
     current = torch.cuda.current_stream(device)
     if current == torch.cuda.default_stream(device):
         return torch.zeros((n,), dtype=torch.int32, device=device)
