@@ -9,7 +9,9 @@
 #   source .devcache/b/bootstrap.sh >/dev/null 2>&1; bash tools/gpu_round_issue10.sh
 # Environment: SWEEP (problems of the sweep gate, default 1000; 0 skips it), TESTS (default
 # tests/gpu), RAGGED_ATTN_VARIANTS (variants timed beside ours), ROWS (bench row substrings),
-# NO_BENCH=1, TEST_S / BENCH_S (time limits; one call may run 600 s at most).
+# NO_BENCH=1, TEST_S / BENCH_S (time limits; one call may run 600 s at most), PAGED=1 (also
+# tools/bench_paged_sm90.py: $OUT/paged.log), SERVING=1 (also `python -m ragged_attn bench --suite
+# serving`: $OUT/serving/, SERVING_S its limit; the peers need .devcache/c for FA3).
 set -o pipefail
 source /tmp/devcache/env.sh
 export RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/sm90 PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -21,3 +23,6 @@ timeout ${TEST_S:-360} python3 -m pytest ${TESTS:-tests/gpu} -m gpu -q -rfEs -p 
   --timeout 250 --tb=line $IGNORE --junitxml=$OUT/gpu.xml > $OUT/gpu.log 2>&1
 grep -E "^(FAILED|ERROR)|^E   .*(Error|case)|passed|failed" $OUT/gpu.log | grep -v DEBUG | tail -${TAIL:-40}
 [ -n "$NO_BENCH" ] || timeout ${BENCH_S:-180} python3 tools/bench_issue10.py ${ROWS} 2>&1 | tee $OUT/bench.log | grep "^|"
+[ -z "$PAGED" ] || timeout ${PAGED_S:-100} python3 tools/bench_paged_sm90.py 2>&1 | tee $OUT/paged.log | grep "^|"
+[ -z "$SERVING" ] || timeout ${SERVING_S:-240} python3 -m ragged_attn bench --suite serving --no-plots \
+  --out $OUT/serving 2>&1 | tail -${SERVING_TAIL:-60}
