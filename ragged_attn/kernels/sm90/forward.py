@@ -729,8 +729,9 @@ class RaggedForwardSm90(MmaMainloops):
     @cute.jit
     def items_of(self, unit: Int32, tile: Int32, pack_r: Int32):
         """The words a packing class hands over beside the tile: each MMA warpgroup's item
-        (row_block, head_idx), then the row span (row_lo, row_hi) of them all (tile_scheduler's
-        tile_item and tile_rows); () for the other classes."""
+        (row_block, head_idx), then the row span (row_lo, row_hi) of them all
+        (tile_scheduler.tile_items: tile_item's and tile_rows's values with one division); () for
+        the other classes."""
         words = ()
         if const_expr(self.tile_words > TILE_WORDS):
             words = tile_items(unit, tile, pack_r, self.num_mma_warpgroups)
