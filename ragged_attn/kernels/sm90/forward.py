@@ -75,7 +75,7 @@ from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes, tile_words
 from .tile_scheduler import (
-    PACK_MIN_SAVING, ROW_BLOCK, decode_tile, slot_slack, tile_item, tile_items, tile_rows, total_tiles,
+    PACK_MIN_SAVING, ROW_BLOCK, decode_tile, kv_head, slot_slack, tile_item, tile_items, tile_rows, total_tiles,
 )  # fmt: skip
 
 LOG2_E = math.log2(math.e)
@@ -851,10 +851,7 @@ class RaggedForwardSm90(MmaMainloops):
         the first block's K (or alone when the tile sees no key). Returns (q_state, kv_state)."""
         q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched = loads
         pack_r, ratio = sched[2], sched[3]
-        # Every item of the tile reads this K/V head: a packed tile's unit is it (pack_r = ratio).
-        head_kv = unit
-        if pack_r == 1:
-            head_kv = unit // ratio
+        head_kv = kv_head(unit, pack_r, ratio)
         gK = cute.local_tile(
             cute.domain_offset((seqlen.offset_k, 0), tma_K[None, None, head_kv]),
             (self.tile_n, self.d_qk),
@@ -946,7 +943,7 @@ class RaggedForwardSm90(MmaMainloops):
         pack_r, ratio = sched[2], sched[3]
         tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
         kv = PagedKV.create(
-            mK, mV, mPageTable, batch_idx, unit * pack_r // ratio, seqlen.len_k, tidx, gather_copy,
+            mK, mV, mPageTable, batch_idx, kv_head(unit, pack_r, ratio), seqlen.len_k, tidx, gather_copy,
             self.dtype, self.tile_n, self.d_qk, self.d_v,
         )  # fmt: skip
         n_block_min, n_block_max = block_info.n_block_range()

@@ -117,10 +117,8 @@ def _lasting_zeros(n: int, device):
     torch.zeros."""
     import torch
 
-    if device.type != "cuda":
-        return torch.zeros((n,), dtype=torch.int32, device=device)
-    current = torch.cuda.current_stream(device)
-    if current == torch.cuda.default_stream(device):
+    current = torch.cuda.current_stream(device) if device.type == "cuda" else None
+    if current is None or current == torch.cuda.default_stream(device):
         return torch.zeros((n,), dtype=torch.int32, device=device)
     with _ALLOC_LOCK:
         side = _ALLOC_STREAMS.get(device.index)

@@ -121,6 +121,16 @@ def tile_item(unit: Int32, tile: Int32, w, pack_r: Int32, num_wg: cutlass.Conste
 
 
 @cute.jit
+def kv_head(unit: Int32, pack_r: Int32, ratio: Int32) -> Int32:
+    """The K/V head every item of a unit's tiles reads: the unit itself when the launch packs GQA
+    groups (pack_r = ratio), else the unit's query head's group, unit // ratio."""
+    head = unit
+    if pack_r == 1:
+        head = unit // ratio
+    return head
+
+
+@cute.jit
 def tile_items(unit: Int32, tile: Int32, pack_r: Int32, num_wg: cutlass.Constexpr[int]):
     """Every warpgroup's item of tile `tile` and their row span, flat: (row_block_0, head_0, ...,
     row_block_{W-1}, head_{W-1}, row_lo, row_hi), as `tile_item` and `tile_rows` give them, with one
