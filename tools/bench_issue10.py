@@ -3,7 +3,7 @@ FlashAttention-3 (`fa3-fwd`), FA4 and torch SDPA on cuDNN over a padded batch (u
 heads expanded, and native GQA with enable_gqa as `python -m ragged_attn bench` runs it).
 
 Useful TFLOP/s on GPU time alone (ragged_attn.bench.timing.gpu_ms: L2 flushed, sleep head start),
-4 * H_q * d * allowed (query, key) pairs; bf16, LSE on (FA3 and FA4 always produce it).
+2 * H_q * (d_qk + d_v) * allowed (query, key) pairs; bf16, LSE on (FA3 and FA4 always produce it).
 Kernels: RAGGED_ATTN_SM90_PREBUILT/<class>.o (tools/prebuild_sm90.py) or compiled here; the
 variants named in RAGGED_ATTN_VARIANTS (comma-separated) from RAGGED_ATTN_SM90_PREBUILT/<variant>/<class>.o
 when present (the class built with other tile-config fields). Each output is checked against FA4's (max abs diff).
@@ -53,6 +53,12 @@ ROWS = (
     ("16x256 h32/8 d128 causal", [256] * 16, 32, 8, 128, True),
     ("4x512 h32/8 d128 causal", [512] * 4, 32, 8, 128, True),
     ("64x128 h32/8 d128 causal", [128] * 64, 32, 8, 128, True),
+    ("1x16384 h32/8 d128 causal", [16384], 32, 8, 128, True),
+    # The serving suite's DeepSeek rows (d_qk 192, d_v 128, 128/128 heads): "d192/128".
+    ("64x128 h128/128 d192/128 causal", [128] * 64, 128, 128, (192, 128), True),
+    ("16x256 h128/128 d192/128 causal", [256] * 16, 128, 128, (192, 128), True),
+    ("4x512 h128/128 d192/128 causal", [512] * 4, 128, 128, (192, 128), True),
+    ("mixed14 h128/128 d192/128 causal", issue10_lengths(), 128, 128, (192, 128), True),
 )
 
 
@@ -77,15 +83,16 @@ def make_impls(lens, hq, hkv, d, causal, dev):
     """The row's inputs and every implementation's call: ({label: call}, flops, total tokens)."""
     torch.manual_seed(0)
     total, b, smax = sum(lens), len(lens), max(lens)
+    d, dv = d if isinstance(d, tuple) else (d, d)  # (d_qk, d_v)
     q = torch.randn(total, hq, d, device=dev, dtype=torch.bfloat16)
     k = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
-    v = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(total, hkv, dv, device=dev, dtype=torch.bfloat16)
     cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device=dev)
-    out = torch.empty_like(q)
+    out = q.new_empty(total, hq, dv)
     lse = torch.empty(total, hq, device=dev)
-    flops = 4 * hq * d * pairs(lens, causal)
+    flops = 2 * hq * (d + dv) * pairs(lens, causal)
     mask = "causal" if causal else "none"
-    lc = LayoutClass("sm_90a", d, d, "bf16", "bf16", mask, True, "ragged")
+    lc = LayoutClass("sm_90a", d, dv, "bf16", "bf16", mask, True, "ragged")
     impls = {}
     try:
         from flash_attn.cute import flash_attn_varlen_func as fa4
@@ -110,7 +117,7 @@ def make_impls(lens, hq, hkv, d, causal, dev):
 
         qp = q.view(b, smax, hq, d).transpose(1, 2).contiguous()
         kp = k.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
-        vp = v.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
+        vp = v.view(b, smax, hkv, dv).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
 
         def sdpa_call():
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
@@ -119,7 +126,7 @@ def make_impls(lens, hq, hkv, d, causal, dev):
         impls["cuDNN SDPA padded"] = sdpa_call
         qg = qp
         kg = k.view(b, smax, hkv, d).transpose(1, 2).contiguous()
-        vg = v.view(b, smax, hkv, d).transpose(1, 2).contiguous()
+        vg = v.view(b, smax, hkv, dv).transpose(1, 2).contiguous()
 
         def sdpa_gqa_call():  # native GQA (the project bench's peer): K/V not expanded
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
@@ -143,8 +150,8 @@ def make_impls(lens, hq, hkv, d, causal, dev):
     for sub in filter(None, os.environ.get("RAGGED_ATTN_VARIANTS", "").split(",")):
         alt = load(lc, sub)  # the same class built with other tile-config fields
         if alt is not None:
-            impls[f"ours {sub}"] = ours_call(alt, torch.empty_like(q))
-    return impls, flops, total, (q, k, v, out, lse)
+            impls[f"ours {sub}"] = ours_call(alt, torch.empty_like(out))
+    return impls, flops, total, dv, (q, k, v, out, lse)
 
 
 def main():
@@ -155,14 +162,14 @@ def main():
     for name, lens, hq, hkv, d, causal in ROWS:
         if picks and not any(p in name for p in picks):
             continue
-        impls, flops, total, bufs = make_impls(lens, hq, hkv, d, causal, dev)
+        impls, flops, total, dv, bufs = make_impls(lens, hq, hkv, d, causal, dev)
         ref = None
         for label, call in impls.items():
             try:
                 o = call()
                 torch.cuda.synchronize()
                 if o.dim() == 4:  # padded (B, H, s, D) -> (total, H, D)
-                    o = o.transpose(1, 2).reshape(total, hq, d)
+                    o = o.transpose(1, 2).reshape(total, hq, dv)
                 if ref is None:
                     ref = o.float().clone()
                 diff = (o.float() - ref).abs().max().item()
