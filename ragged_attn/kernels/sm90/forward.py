@@ -75,7 +75,8 @@ from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes, tile_words
 from .tile_scheduler import (
-    PACK_MIN_SAVING, ROW_BLOCK, decode_tile, kv_head, slot_slack, tile_item, tile_items, tile_rows, total_tiles,
+    PACK_MIN_SAVING, ROW_BLOCK, decode_tile, item_shift, kv_head, slot_slack, tile_item, tile_items, tile_rows,
+    total_tiles,
 )  # fmt: skip
 
 LOG2_E = math.log2(math.e)
@@ -594,7 +595,7 @@ class RaggedForwardSm90(MmaMainloops):
             t, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
             self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8),
         )  # fmt: skip
-        items = self.items_of(unit, tile, pack_r)
+        items = self.items_of(unit, tile, pack_r, seqlen, packed)
         rows = None
         if const_expr(len(items) > 0):
             rows = (items[-2], items[-1])
@@ -731,14 +732,20 @@ class RaggedForwardSm90(MmaMainloops):
         return nt
 
     @cute.jit
-    def items_of(self, unit: Int32, tile: Int32, pack_r: Int32):
+    def items_of(self, unit: Int32, tile: Int32, pack_r: Int32, seqlen=None, packed=None):
         """The words a packing class hands over beside the tile: each MMA warpgroup's item
         (row_block, head_idx), then the row span (row_lo, row_hi) of them all
-        (tile_scheduler.tile_items: tile_item's and tile_rows's values with one division); () for
-        the other classes."""
+        (tile_scheduler.tile_items: tile_item's values with one division, shifted by item_shift
+        where the launch packs, so a sequence's partial tile is its first); () for the other
+        classes. seqlen and packed: the tile's sequence and the launch's order (None: no shift)."""
         words = ()
         if const_expr(self.tile_words > TILE_WORDS):
-            words = tile_items(unit, tile, pack_r, self.num_mma_warpgroups)
+            if const_expr(seqlen is None):
+                words = tile_items(unit, tile, pack_r, self.num_mma_warpgroups)
+            else:
+                shift = item_shift(pack_r, packed, seqlen.len_q, self.num_mma_warpgroups)
+                past_end = (seqlen.len_q + (ROW_BLOCK - 1)) // ROW_BLOCK
+                words = tile_items(unit, tile, pack_r, self.num_mma_warpgroups, shift, past_end)
         return words
 
     @cute.jit
