@@ -11,6 +11,7 @@ pytest.importorskip("cutlass")
 from ragged_attn.kernels.sm90.tile_scheduler import (  # noqa: E402
     ROW_BLOCK,
     decode_tile_ref,
+    item_shift_ref,
     launch_schedule_ref,
     tile_item_ref,
     tile_items_ref,
@@ -19,14 +20,19 @@ from ragged_attn.kernels.sm90.tile_scheduler import (  # noqa: E402
 
 def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512):
     num_wg = tile_m // ROW_BLOCK
-    *_, num_tiles = launch_schedule_ref(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes)
+    _, _, _, packed, num_tiles = launch_schedule_ref(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes)
     computed, lse_filled = {}, {}
     ratio = hq // hkv
     for t in range(num_tiles):
         unit, tile, b, has_rows, pack_r = decode_tile_ref(t, lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes)
         kv_heads = set()
+        # The items as the producer hands them over: a packed sequence's partial tile first.
+        shift = item_shift_ref(pack_r, packed, lens_q[b], num_wg)
+        past_end = -(-lens_q[b] // ROW_BLOCK)
+        if shift:
+            assert lse_s_max == 0  # the shift never meets padded LSE rows (fill_padded_lse: none)
         for w in range(num_wg):
-            rb, h = tile_item_ref(unit, tile, w, pack_r, num_wg)
+            rb, h = tile_item_ref(unit, tile, w, pack_r, num_wg, shift, past_end)
             assert 0 <= h < hq
             kv_heads.add(h // ratio)
             if has_rows and rb * ROW_BLOCK < lens_q[b]:
@@ -94,12 +100,35 @@ def test_packing_is_chosen_where_it_saves_a_tenth_of_the_tiles(lens, tile_m, pac
 @pytest.mark.parametrize("pack_r", [1, 2, 3, 4, 5, 8, 16])
 def test_handed_over_items_match_the_item_formula(num_wg, pack_r):
     """The producer hands each warpgroup its item with one division (tile_items, stepping the
-    query head); the MMA warpgroups used tile_item's division per warpgroup: the same items, and
-    the row span of tile_rows."""
-    for unit in range(3):
-        for tile in range(40):
-            words = tile_items_ref(unit, tile, pack_r, num_wg)
-            for w in range(num_wg):
-                assert words[2 * w : 2 * w + 2] == tile_item_ref(unit, tile, w, pack_r, num_wg)
-            first, last = tile * num_wg, tile * num_wg + num_wg - 1
-            assert words[-2:] == ((first // pack_r) * ROW_BLOCK, (last // pack_r + 1) * ROW_BLOCK)
+    query head); the MMA warpgroups used tile_item's division per warpgroup: the same items (with
+    every shift item_shift may give), and the row span of the real ones."""
+    for shift in range(num_wg):
+        for unit in range(3):
+            for tile in range(40):
+                words = tile_items_ref(unit, tile, pack_r, num_wg, shift, past_end=99)
+                real = []
+                for w in range(num_wg):
+                    assert words[2 * w : 2 * w + 2] == tile_item_ref(unit, tile, w, pack_r, num_wg, shift, 99)
+                    if tile * num_wg + w - shift >= 0:
+                        real.append(tile * num_wg + w - shift)
+                assert words[-2:] == ((real[0] // pack_r) * ROW_BLOCK, (real[-1] // pack_r + 1) * ROW_BLOCK)
+
+
+@pytest.mark.parametrize("pack_r, len_q, steps", [(4, 256, (10, 9)), (4, 128, (3, 3)), (4, 512, (29, 28))])
+def test_a_packed_sequences_partial_tile_is_its_first(pack_r, len_q, steps):
+    """Causal 128-key blocks, 192-row tiles: a tile costs the key blocks of its highest row block;
+    shifting the items so the partial tile holds the lowest rows never costs more, and saves a
+    block where the partial tile held the top rows (16 x 256, 32/8 heads: 10 -> 9 per unit)."""
+    num_wg, n = 3, -(-len_q // ROW_BLOCK)
+    tiles = -(-pack_r * n // num_wg)
+    shift = item_shift_ref(pack_r, True, len_q, num_wg)
+    assert 0 <= shift < num_wg and (pack_r * n + shift) % num_wg == 0
+
+    def cost(s):
+        return sum(
+            max((rb * ROW_BLOCK + ROW_BLOCK - 1) // 128 + 1 for rb, _ in
+                [tile_item_ref(0, t, w, pack_r, num_wg, s, n) for w in range(num_wg)] if rb < n)
+            for t in range(tiles)
+        )  # fmt: skip
+
+    assert (cost(0), cost(shift)) == steps

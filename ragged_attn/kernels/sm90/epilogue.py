@@ -61,6 +61,7 @@ def store_tile(
     wg_idx: Int32,
     wg_barrier_base: cutlass.Constexpr[int],
     o_tma=(None, None),  # (tma_atom_O, tma_O): TMA stores of full 64-row blocks (wg_local only)
+    o_turn=None,  # (one warpgroup's P V tiled MMA, turn barrier base, warpgroups): sO holds 64 rows
 ):
     """O (normalised, fp32 registers) -> out dtype -> smem (stmatrix) -> 128-bit global stores of
     rows < len_q and columns < mO's run-time head dim (an envelope class never writes the columns
@@ -71,19 +72,26 @@ def store_tile(
     its O rows back, so the producer may load the next tile's Q into that buffer.
     o_tma (wg_local, O in its own buffer): a warpgroup whose 64 rows all lie below len_q stores them
     with one TMA store issued by its first warp, which waits for that store's smem read before the
-    first barrier of its next epilogue (and the kernel's exit)."""
+    first barrier of its next epilogue (and the kernel's exit).
+    o_turn (wg_local): sO holds one warpgroup's 64 rows and the warpgroups take it in turns, in
+    warpgroup order: each waits for its turn (named barrier turn base + wg_idx: its 128 threads and
+    the previous holder's storing warp) before writing sO, and its storing warp passes the turn on
+    once sO has been read (its TMA store's read done, or after the warpgroup read its rows back)."""
     tma_atom_O, tma_O = o_tma
     use_tma = const_expr(tma_atom_O is not None)
+    use_turns = const_expr(o_turn is not None)
     rO = cute.make_rmem_tensor_like(acc_O, out_dtype)
     rO.store(acc_O.load().to(out_dtype))
-    if const_expr(use_tma):
-        if tidx % 128 < 32:  # the storing warp: its previous TMA store has read this sO block
-            cute.arch.cp_async_bulk_wait_group(0, read=True)
-    epilogue_barrier(wg_local, wg_idx, wg_barrier_base, barrier_id, num_mma_threads)
-    smem_copy = cute.make_tiled_copy_C(
-        cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), out_dtype),
-        tiled_mma_pv,
-    ).get_slice(tidx)
+    stmatrix = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), out_dtype)
+    if const_expr(use_turns):
+        cute.arch.barrier(barrier_id=o_turn[1] + wg_idx, number_of_threads=128 + 32)
+        smem_copy = cute.make_tiled_copy_C(stmatrix, o_turn[0]).get_slice(tidx % 128)
+    else:
+        if const_expr(use_tma):
+            if tidx % 128 < 32:  # the storing warp: its previous TMA store has read this sO block
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+        epilogue_barrier(wg_local, wg_idx, wg_barrier_base, barrier_id, num_mma_threads)
+        smem_copy = cute.make_tiled_copy_C(stmatrix, tiled_mma_pv).get_slice(tidx)
     cute.copy(smem_copy, smem_copy.retile(rO), smem_copy.partition_D(sO))
 
     rows_left = seqlen.len_q - row0  # may be <= 0 for a warpgroup whose item lies past len_q
@@ -110,6 +118,10 @@ def store_tile(
     # The rows this thread's copy covers: the warpgroup's own 64 (wg_local) or the whole tile.
     rows = 64 if const_expr(wg_local) else tile_m
     part = wg_idx if const_expr(wg_local) else 0
+    s_part = 0 if const_expr(use_turns) else part  # the block of sO holding these rows
+    turn_pass = None
+    if const_expr(use_turns):
+        turn_pass = (o_turn[1], o_turn[2], wg_idx, wg_barrier_base)
     # With O in Q's buffer every warp releases Q once it has read its O rows back (the producer may
     # then load the next tile's Q into the buffer).
     release_q = pipe_q if const_expr(o_aliases_q) else None
@@ -123,13 +135,19 @@ def store_tile(
                 )
                 tOsO_tma, tOgO_tma = cpasync.tma_partition(
                     tma_atom_O, 0, cute.make_layout(1),
-                    cute.group_modes(cute.local_tile(sO, (rows, d_v), (part, 0)), 0, 2),
+                    cute.group_modes(cute.local_tile(sO, (rows, d_v), (s_part, 0)), 0, 2),
                     cute.group_modes(gO_tma, 0, 2),
                 )  # fmt: skip
                 cute.copy(tma_atom_O, tOsO_tma, tOgO_tma)
                 cute.arch.cp_async_bulk_commit_group()
+                if const_expr(use_turns):
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
+                    pass_o_turn(turn_pass)
         else:
-            store_rows(gmem_tiled_copy_O, sO, mO, seqlen, tidx, row0, head_idx, rows_left, part, rows, tile_m, d_v, out_dtype)
+            store_rows(
+                gmem_tiled_copy_O, sO, mO, seqlen, tidx, row0, head_idx, rows_left, part, rows, tile_m, d_v,
+                out_dtype, s_part=s_part, turn_pass=turn_pass,
+            )  # fmt: skip
     else:
         store_rows(
             gmem_tiled_copy_O, sO, mO, seqlen, tidx, row0, head_idx, rows_left, part, rows, tile_m, d_v,
@@ -153,14 +171,22 @@ def store_rows(
     out_dtype: cutlass.Constexpr,
     pipe_q=None,
     q_state=None,
+    s_part=None,
+    turn_pass=None,
 ):
-    """sO block `part` (`rows` rows) -> registers -> 128-bit global stores of its rows < len_q and
-    columns < mO's run-time head dim; with pipe_q, each warp releases Q once it has read its rows."""
+    """sO block `s_part` (default `part`; `rows` rows) -> registers -> 128-bit global stores of
+    the tile's row block `part`, its rows < len_q and columns < mO's run-time head dim; with pipe_q,
+    each warp releases Q once it has read its rows; with turn_pass (store_tile's o_turn), the
+    warpgroup passes its turn at sO on once all its threads have read their rows."""
     copy_tidx = tidx % 128 if const_expr(rows == 64) else tidx
     gmem_copy = gmem_tiled_copy_O.get_slice(copy_tidx)
-    tOsO = gmem_copy.partition_S(cute.local_tile(sO, (rows, d_v), (part, 0)))
+    tOsO = gmem_copy.partition_S(cute.local_tile(sO, (rows, d_v), (part if const_expr(s_part is None) else s_part, 0)))
     tOrO = cute.make_fragment_like(tOsO, out_dtype)
     cute.autovec_copy(tOsO, tOrO)
+    if const_expr(turn_pass is not None):
+        cute.arch.barrier(barrier_id=turn_pass[3] + turn_pass[2], number_of_threads=128)
+        if tidx % 128 < 32:
+            pass_o_turn(turn_pass)
     if const_expr(pipe_q is not None):
         # sO is Q's buffer: order this thread's generic-proxy writes (stmatrix) and reads of it
         # before the producer's next Q TMA (async proxy) writes there.
@@ -180,6 +206,17 @@ def store_rows(
             cute.copy(
                 gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None], pred=tOpO[None, rm, None]
             )
+
+
+@cute.jit
+def pass_o_turn(turn_pass):
+    """The storing warp of warpgroup wg_idx gives the next warpgroup (a ring) its turn at the shared
+    O block: turn_pass = (turn barrier base, warpgroups, wg_idx, -)."""
+    base, num_wg, wg_idx, _ = turn_pass
+    nxt = wg_idx + 1
+    if nxt == num_wg:
+        nxt = Int32(0)
+    cute.arch.barrier_arrive(barrier_id=base + nxt, number_of_threads=128 + 32)
 
 
 @cute.jit

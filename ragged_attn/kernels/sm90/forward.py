@@ -75,12 +75,14 @@ from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes, tile_words
 from .tile_scheduler import (
-    PACK_MIN_SAVING, ROW_BLOCK, decode_tile, kv_head, slot_slack, tile_item, tile_items, tile_rows, total_tiles,
+    PACK_MIN_SAVING, ROW_BLOCK, decode_tile, item_shift, kv_head, slot_slack, tile_item, tile_items, tile_rows,
+    total_tiles,
 )  # fmt: skip
 
 LOG2_E = math.log2(math.e)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
 EPILOGUE_WG_BARRIER_BASE = 5  # ids 5 .. 7: one MMA warpgroup's own epilogue (wg_epilogue)
+O_TURN_BARRIER_BASE = 8  # ids 8 .. 10: an MMA warpgroup's turn at the shared O block (o_turns)
 REGISTERS_PER_SM = 65536
 TILE_STAGES = 2  # decoded tiles the producer warp may hand the MMA warpgroups ahead
 # One handed-over tile, Int32 words: go (0: no tile left), unit, tile, batch_idx, offset_q,
@@ -163,6 +165,9 @@ class RaggedForwardSm90(MmaMainloops):
         # so each warpgroup stores its own O and LSE (wg_epilogue) and masks with its own rows.
         self.pack_gqa = config.pack_gqa and self.wg_epilogue and self.wg_skip
         self.q_stages = config.q_stages
+        # O staged 64 rows at a time, the warpgroups taking the buffer in turns (tile_config.py).
+        self.o_turns = config.o_turns and self.wg_epilogue
+        self.o_rows = 64 if self.o_turns else self.tile_m  # sO's rows
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
@@ -214,7 +219,7 @@ class RaggedForwardSm90(MmaMainloops):
         sQ_layout = make_smem_layout(self.dtype, self.tile_m, self.d_qk, self.q_stages)
         sK_layout = make_smem_layout(self.dtype, self.tile_n, self.d_qk, self.num_stages)
         sV_layout = make_smem_layout(self.dtype, self.tile_n, self.d_v, self.num_stages)
-        sO_layout = make_smem_layout(self.out_dtype, self.tile_m, self.d_v)
+        sO_layout = make_smem_layout(self.out_dtype, self.o_rows, self.d_v)
 
         tiled_mma_qk = sm90_helpers.make_trivial_tiled_mma(
             self.dtype,
@@ -283,7 +288,7 @@ class RaggedForwardSm90(MmaMainloops):
         if const_expr(self.tma_o_store):
             # One warpgroup's 64 rows of sO (a slice of the tile's layout, same swizzle) per store.
             mOt = cute.make_tensor(mO.iterator, cute.select(mO.layout, mode=[0, 2, 1]))
-            sO_wg_layout = cute.composition(sO_layout, cute.make_layout((64, self.d_v), stride=(1, self.tile_m)))
+            sO_wg_layout = cute.composition(sO_layout, cute.make_layout((64, self.d_v), stride=(1, self.o_rows)))
             tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileS2GOp(), mOt, sO_wg_layout, (64, self.d_v)
             )
@@ -590,7 +595,7 @@ class RaggedForwardSm90(MmaMainloops):
             t, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
             self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8),
         )  # fmt: skip
-        items = self.items_of(unit, tile, pack_r)
+        items = self.items_of(unit, tile, pack_r, seqlen, packed)
         rows = None
         if const_expr(len(items) > 0):
             rows = (items[-2], items[-1])
@@ -727,14 +732,20 @@ class RaggedForwardSm90(MmaMainloops):
         return nt
 
     @cute.jit
-    def items_of(self, unit: Int32, tile: Int32, pack_r: Int32):
+    def items_of(self, unit: Int32, tile: Int32, pack_r: Int32, seqlen=None, packed=None):
         """The words a packing class hands over beside the tile: each MMA warpgroup's item
         (row_block, head_idx), then the row span (row_lo, row_hi) of them all
-        (tile_scheduler.tile_items: tile_item's and tile_rows's values with one division); () for
-        the other classes."""
+        (tile_scheduler.tile_items: tile_item's values with one division, shifted by item_shift
+        where the launch packs, so a sequence's partial tile is its first); () for the other
+        classes. seqlen and packed: the tile's sequence and the launch's order (None: no shift)."""
         words = ()
         if const_expr(self.tile_words > TILE_WORDS):
-            words = tile_items(unit, tile, pack_r, self.num_mma_warpgroups)
+            if const_expr(seqlen is None):
+                words = tile_items(unit, tile, pack_r, self.num_mma_warpgroups)
+            else:
+                shift = item_shift(pack_r, packed, seqlen.len_q, self.num_mma_warpgroups)
+                past_end = (seqlen.len_q + (ROW_BLOCK - 1)) // ROW_BLOCK
+                words = tile_items(unit, tile, pack_r, self.num_mma_warpgroups, shift, past_end)
         return words
 
     @cute.jit
@@ -1024,10 +1035,26 @@ class RaggedForwardSm90(MmaMainloops):
             if wg_idx == 0:
                 cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE, number_of_threads=256)
         frags = (tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS)
-        out_args = (gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale)
+        o_turn = None
+        if const_expr(self.o_turns):
+            # sO holds 64 rows: each warpgroup's stmatrix partition is a one-warpgroup P V MMA's.
+            # The last warpgroup's storing warp gives warpgroup 0 the first turn.
+            mma_o = sm90_helpers.make_trivial_tiled_mma(
+                self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.MN, Float32,
+                atom_layout_mnk=(1, 1, 1), tiler_mn=(64, self.d_v), a_source=warpgroup.OperandSource.RMEM,
+            )  # fmt: skip
+            o_turn = (mma_o, O_TURN_BARRIER_BASE, self.num_mma_warpgroups)
+            if wg_idx == self.num_mma_warpgroups - 1 and tidx % 128 < 32:
+                cute.arch.barrier_arrive(barrier_id=O_TURN_BARRIER_BASE, number_of_threads=128 + 32)
+        out_args = (
+            gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, o_turn,
+        )  # fmt: skip
 
         run_args = (tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, handoff[3])
         self.reader_walk(handoff, mask_numbers, self.mma_tile, run_args, q_state, kv_state, wg_idx)
+        if const_expr(self.o_turns):
+            if wg_idx == 0:  # the turn the last epilogue passed on: every arrival meets its wait
+                cute.arch.barrier(barrier_id=O_TURN_BARRIER_BASE, number_of_threads=128 + 32)
         if const_expr(self.tma_o_store):
             if tidx % 128 < 32:  # this warpgroup's last O store has read sO before the CTA exits
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
@@ -1052,7 +1079,7 @@ class RaggedForwardSm90(MmaMainloops):
         row0 = (row_block - wg_idx) * ROW_BLOCK
         tSrQ_stages, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS = frags
         tSrQ = tSrQ_stages[None, None, None, q_state.index]
-        gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale = out_args
+        gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, o_turn = out_args
         softmax = OnlineSoftmax(scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]))
         softmax.reset()
         acc_O.fill(0.0)
@@ -1074,7 +1101,7 @@ class RaggedForwardSm90(MmaMainloops):
             acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
             row0, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
             self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
-            self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE, o_tma,
+            self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE, o_tma, o_turn,
         )  # fmt: skip
         q_state.advance()
         return q_state, kv_state

@@ -56,6 +56,11 @@ class TileConfig:
     # idle warpgroups to the group's next query head (needs wg_epilogue and wg_skip). On for the
     # 192-row tiles only (`_tiles`): 128-row classes ran 1-2% slower unpacked with the code in.
     pack_gqa: bool = False
+    # O's staging buffer holds one warpgroup's 64 rows, and the MMA warpgroups take it in turns in
+    # each tile's epilogue (warpgroup 0 first): O keeps a buffer of its own (so wg_epilogue, the TMA
+    # store and early_q_release stay on) where a whole tile's O beside Q and the K/V stages does
+    # not fit (d192: Q 48 + K 2 x 48 + V 2 x 32 + O 16 KiB).
+    o_turns: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -84,7 +89,7 @@ def smem_bytes(cfg: TileConfig, d_qk: int, d_v: int, o_separate: bool, elem_byte
     total = 8 * 2 * (cfg.q_stages + 2 * cfg.num_stages + _TILE_STAGES) + 4 * tile_words(cfg) * _TILE_STAGES
     bufs = [cfg.q_stages * cfg.tile_m * d_qk, cfg.num_stages * cfg.tile_n * d_qk, cfg.num_stages * cfg.tile_n * d_v]
     if o_separate:
-        bufs.append(cfg.tile_m * d_v)
+        bufs.append((64 if cfg.o_turns else cfg.tile_m) * d_v)
     for elems in bufs:
         total = _round_up(total, _ALIGN) + elems * elem_bytes
     return total
@@ -210,5 +215,5 @@ def _tiles(layout_class) -> TileConfig:
     if d_qk <= 128:
         return TileConfig(128, 128, 2, pingpong=True, overlap=True)
     if d_qk <= 192:
-        return TileConfig(128, 128, 2, pingpong=False, overlap=True)
+        return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True)
     return TileConfig(128, 80, 2, pingpong=False, overlap=True)

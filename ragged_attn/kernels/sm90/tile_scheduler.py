@@ -131,23 +131,50 @@ def kv_head(unit: Int32, pack_r: Int32, ratio: Int32) -> Int32:
 
 
 @cute.jit
-def tile_items(unit: Int32, tile: Int32, pack_r: Int32, num_wg: cutlass.Constexpr[int]):
+def item_shift(pack_r: Int32, packed: Int32, len_q: Int32, num_wg: cutlass.Constexpr[int]) -> Int32:
+    """How many items a packed sequence's tiles start before its item 0 (0 <= shift < W): its
+    tile p holds items [W p - shift, W p - shift + W), so the partial tile is the first (the
+    cheapest rows, under causal masks) rather than the last. Only where the launch packs GQA groups
+    in the packed order (pack_r > 1, no padded LSE); else 0. Measured: tile_config.py."""
+    shift = Int32(0)
+    if packed != 0 and pack_r != 1:
+        items = pack_r * ((len_q + (ROW_BLOCK - 1)) // ROW_BLOCK)
+        shift = (num_wg - items % num_wg) % num_wg
+    return shift
+
+
+@cute.jit
+def tile_items(
+    unit: Int32, tile: Int32, pack_r: Int32, num_wg: cutlass.Constexpr[int], shift: Int32 = 0, past_end: Int32 = 0
+):  # fmt: skip
     """Every warpgroup's item of tile `tile` and their row span, flat: (row_block_0, head_0, ...,
-    row_block_{W-1}, head_{W-1}, row_lo, row_hi), as `tile_item` and `tile_rows` give them, with one
-    division: a tile's items are consecutive, so the query head steps by one and wraps to the
-    group's first head and the next row block (the producer warp's latency per tile shows on the
-    shortest batches)."""
-    row_block, head_idx = tile_item(unit, tile, 0, pack_r, num_wg)
+    row_block_{W-1}, head_{W-1}, row_lo, row_hi), as `tile_item` gives them, with one division: a
+    tile's items are consecutive, so the query head steps by one and wraps to the group's first
+    head and the next row block (the producer warp's latency per tile shows on the shortest
+    batches). With `shift` (item_shift) the first tile's first warpgroups may hold no item: they
+    get row block `past_end` (the sequence's row blocks: no rows, like items past the end); the row
+    span covers the real items only."""
+    first = tile * num_wg - shift  # < 0 only for tile 0 of a shifted sequence
+    start = cutlass.max(first, 0)
+    row_block = start
+    head_idx = unit
+    if pack_r != 1:  # no division on the unpacked path
+        row_block = start // pack_r
+        head_idx = unit * pack_r + (start - row_block * pack_r)
     row_lo = row_block * ROW_BLOCK
     first_head = unit * pack_r
     words = ()
     for w in cutlass.range_constexpr(num_wg):
         if cutlass.const_expr(w > 0):
-            head_idx = head_idx + 1
-            if head_idx == first_head + pack_r:
-                head_idx = first_head
-                row_block = row_block + 1
-        words = words + (row_block, head_idx)
+            if first + w > 0:  # the item before this one is real: step from it
+                head_idx = head_idx + 1
+                if head_idx == first_head + pack_r:
+                    head_idx = first_head
+                    row_block = row_block + 1
+        shown = row_block
+        if first + w < 0:
+            shown = past_end
+        words = words + (shown, head_idx)
     return words + (row_lo, (row_block + 1) * ROW_BLOCK)
 
 
@@ -290,22 +317,33 @@ def decode_tile_ref(t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, ls
     return unit, tile, b, has_rows, pack_r
 
 
-def tile_items_ref(unit, tile, pack_r, num_wg):
+def item_shift_ref(pack_r, packed, len_q, num_wg):
+    """Pure-Python twin of `item_shift`."""
+    if not packed or pack_r == 1:
+        return 0
+    return -(pack_r * -(-len_q // ROW_BLOCK)) % num_wg
+
+
+def tile_items_ref(unit, tile, pack_r, num_wg, shift=0, past_end=0):
     """Pure-Python twin of `tile_items` (its stepping, not tile_item's division), for tests."""
-    row_block, head_idx = divmod(tile * num_wg, pack_r)
+    first = tile * num_wg - shift
+    row_block, head_idx = divmod(max(first, 0), pack_r)
     head_idx += unit * pack_r
     row_lo = row_block * ROW_BLOCK
     words = []
     for w in range(num_wg):
-        if w > 0:
+        if w > 0 and first + w > 0:
             head_idx += 1
             if head_idx == unit * pack_r + pack_r:
                 head_idx, row_block = unit * pack_r, row_block + 1
-        words += [row_block, head_idx]
+        words += [past_end if first + w < 0 else row_block, head_idx]
     return tuple(words) + (row_lo, (row_block + 1) * ROW_BLOCK)
 
 
-def tile_item_ref(unit, tile, w, pack_r, num_wg):
-    """Pure-Python twin of `tile_item`: (row_block, head_idx)."""
-    item = tile * num_wg + w
+def tile_item_ref(unit, tile, w, pack_r, num_wg, shift=0, past_end=0):
+    """Pure-Python twin of `tile_item` with `item_shift`'s shift: (row_block, head_idx); an item
+    before the sequence's first (shifted tile 0) is (past_end, the unit's first query head)."""
+    item = tile * num_wg + w - shift
+    if item < 0:
+        return past_end, unit * pack_r
     return item // pack_r, unit * pack_r + item % pack_r
