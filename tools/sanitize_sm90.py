@@ -7,6 +7,8 @@ Usage: compute-sanitizer --tool memcheck|racecheck python tools/sanitize_sm90.py
 default 2048..65536: 16..512 tiles of 128 rows, so the 132 persistent CTAs take several each).
 SANITIZE_PACKED=1 adds two problems whose launch packs GQA groups (tile_scheduler.py: 64 x 128 and
 16 x 256 tokens at 32/8 heads, d64 and d32, causal, ragged): the items handed over with each tile.
+SANITIZE_DQK=192 (a head dim) keeps only the problems of that d_qk's classes (e.g. d192's O block
+that the MMA warpgroups take in turns, tile_config.o_turns).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def main():
         rows = sum(p.lens_q) * p.h_q
         if min_rows <= rows <= max_rows and sum(p.lens_k) * p.h_kv <= 4 * max_rows:
             lc = expected_class(p)
+            if os.environ.get("SANITIZE_DQK") and lc.d_qk != int(os.environ["SANITIZE_DQK"]):
+                continue
             first.setdefault((lc.d_qk, lc.mask, lc.kv), p)
     # The 192-row classes (ragged d <= 64, not window) first, then ragged and paged in turn.
     order = sorted(first, key=lambda f: (not (f[2] == "ragged" and f[0] <= 64 and f[1] != "window"), f[1] != "causal", f))

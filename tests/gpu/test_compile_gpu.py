@@ -50,13 +50,6 @@ def test_fullgraph_compile_runs_the_kernel():
     close(got[1], want[1], "lse", atol=1e-2, rtol=0)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (H200, 2026-12-02, torch 2.11): CUDA-graph trees stopped the recording with 'Detected 1 "
-    "tensor(s) in the cudagraph pool not tracked as outputs'. Suspect: the tile counter of the graph "
-    "tree's own stream, first made in its eager warm-up, whose allocations go to the graph's pool; "
-    "since session 5 it is made on the default stream (launch.py _lasting_zeros), not yet run on a GPU",
-)
 @torch.no_grad()
 def test_reduce_overhead_cuda_graph_replays_new_lengths():
     torch._dynamo.reset()

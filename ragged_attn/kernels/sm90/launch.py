@@ -9,6 +9,7 @@ kernel runs on torch's current stream (TVM-FFI environment stream).
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import math
 import threading
@@ -54,6 +55,7 @@ _SPENT_BANKS: list = []
 _BANKS_WANTED: set = set()  # devices whose bank a capture found missing or spent
 _BANK_LOCK = threading.Lock()  # two threads capturing at once never take one slot
 _ALLOC_STREAMS: dict = {}  # device index -> the stream _lasting_zeros allocates on
+_ALLOC_WORKER = None  # the thread _lasting_zeros allocates on (made at its first CUDA call)
 _ALLOC_LOCK = threading.Lock()
 
 
@@ -107,26 +109,33 @@ def _new_capture_bank(dev: int, device) -> None:
 
 
 def _lasting_zeros(n: int, device):
-    """A zeroed int32 (n,) tensor kept for the process's lifetime, made outside any capture. On a
-    side stream it is allocated and zeroed on a stream of this module's own (one per device, never
-    the legacy default stream, which a capture elsewhere in the process would forbid), and the
-    current stream waits for that: torch.compile's CUDA-graph trees route the allocations made on
-    their own stream (their eager warm-up run included) to the graph's memory pool, and a pool
-    tensor that outlives the recording stops it ("tensor(s) in the cudagraph pool not tracked as
-    outputs"). On the default stream (or a CPU stand-in, tests/test_tile_counter_bank.py): a plain
-    torch.zeros."""
+    """A zeroed int32 (n,) tensor kept for the process's lifetime, made outside any capture and
+    outside any graph memory pool: on a CUDA device it is allocated and zeroed by a worker thread
+    of this module's own, on a stream of its own (one per device), and the current stream waits
+    for that. torch.compile's CUDA-graph trees route every allocation of the calling thread (their
+    eager warm-up run included, torch 2.11-2.13 `_cuda_beginAllocateCurrentThreadToPool`) to the
+    graph's memory pool, and a pool tensor that outlives the recording stops it ("tensor(s) in the
+    cudagraph pool not tracked as outputs"); another thread's allocations are not routed. On the
+    CPU (a stand-in, tests/test_tile_counter_bank.py): a plain torch.zeros."""
     import torch
 
-    current = torch.cuda.current_stream(device) if device.type == "cuda" else None
-    if current is None or current == torch.cuda.default_stream(device):
+    if device.type != "cuda":
         return torch.zeros((n,), dtype=torch.int32, device=device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
     with _ALLOC_LOCK:
-        side = _ALLOC_STREAMS.get(device.index)
+        global _ALLOC_WORKER
+        if _ALLOC_WORKER is None:
+            _ALLOC_WORKER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ragged_attn-alloc")
+        side = _ALLOC_STREAMS.get(index)
         if side is None:
-            side = _ALLOC_STREAMS[device.index] = torch.cuda.Stream(device)
-    with torch.cuda.stream(side):
-        zeros = torch.zeros((n,), dtype=torch.int32, device=device)
-    current.wait_stream(side)
+            side = _ALLOC_STREAMS[index] = torch.cuda.Stream(index)
+
+    def allocate():
+        with torch.cuda.device(index), torch.cuda.stream(side):
+            return torch.zeros((n,), dtype=torch.int32, device=index)
+
+    zeros = _ALLOC_WORKER.submit(allocate).result()
+    torch.cuda.current_stream(index).wait_stream(side)
     return zeros
 
 

@@ -194,6 +194,19 @@ def tile_config(layout_class) -> TileConfig:
       in the producer), shift-divided block ranges, constant-offset mask compares, one LSE index
       per thread: 64 x 128 d64 93.9 -> 104.9 [cuDNN 100.0], 16 x 256 d64 125.9 -> 135.8 [139.6],
       d32 64 x 128 53.2 -> 59.6, 16 x 256 72.5 -> 78.1; d128 rows +1-2%; long rows within noise.
+    Measured on an H200, 2026-12-03 (session 6), same method, variants beside this tree's kernel in
+    one process (docs/benchmarks/2026-12-03-h200-issue10-session6; FA3 / cuDNN SDPA in brackets):
+    - o_turns for d192 (O staged 64 rows at a time, so O leaves Q's buffer: wg_epilogue, TMA O
+      stores and early_q_release apply), DeepSeek shapes (128/128 heads, d 192/128): 64 x 128
+      121.0 -> 136.7 [125.0 / 135.2], 16 x 256 199.2 -> 232.0 [218.7 / 219.4], 4 x 512 290.7 ->
+      330.7 [308.9 / 310.6], mixed14 486.5 -> 508.0 [504.4]. 128 x 112 (O in its own whole buffer)
+      instead: 120.1, 202.0, 300.4, 461.4 (ptxas injects warpgroup waits at n = 112).
+    - tile_scheduler.item_shift (a packed sequence's partial tile first; 16 x 256 at 32/8: 10 ->
+      9 key-block steps per K/V head): d64 16 x 256 137.1 -> 138.2 [cuDNN 140.8], 64 x 128 106.5
+      -> 106.8, 4 x 512 168.4 -> 167.4, mixed14 391.3 -> 393.0; d32 within +-0.5%. Taken (never
+      more block steps); the short rows are bound elsewhere.
+    - L2 groups of 64 MiB (tile_scheduler.L2_KV_BYTES) against 32: 1 x 16384 d128 676.7 -> 686.1
+      [686.4], d192 mixed14 486.5 -> 471.8: not taken.
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
