@@ -58,7 +58,8 @@ def _lengths(t: Tensors, problem: Problem) -> tuple[list[int], list[int], list[i
         for i in range(b):
             if not 0 <= used[i] <= len_q[i]:
                 raise ValueError(
-                    f"seqused_q: expected 0 <= seqused_q[{i}] <= {len_q[i]} (the gap between starts), got {used[i]}"
+                    f"seqused_q: expected a length in [0, {len_q[i]}] (the gap between starts) at sequence {i}, "
+                    f"got {used[i]}"
                 )
         len_q = used
     if t.cu_seqlens_k is not None:
@@ -79,8 +80,8 @@ def _lengths(t: Tensors, problem: Problem) -> tuple[list[int], list[int], list[i
         for i in range(b):
             bound = len_k[i] if (len_k is not None and problem.kv == "ragged") else None
             if used[i] < 0 or (bound is not None and used[i] > bound):
-                want = f"0 <= seqused_k[{i}] <= {bound}" if bound is not None else f"seqused_k[{i}] >= 0 (a key count)"
-                raise ValueError(f"seqused_k: expected {want}, got {used[i]}")
+                want = f"in [0, {bound}] (the gap between starts)" if bound is not None else ">= 0"
+                raise ValueError(f"seqused_k: expected a key count {want} at sequence {i}, got {used[i]}")
         len_k = used
     if problem.kv == "paged":
         capacity = problem.max_pages_per_seq * problem.page_size

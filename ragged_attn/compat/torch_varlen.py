@@ -11,6 +11,14 @@ signature (tests/signatures/torch-*.json, from those wheels' sources) to this on
 from __future__ import annotations
 
 from ..api import attention
+from ._names import caller_names
+
+# attention's argument names -> torch's, for errors (ragged_attn/compat/_names.py).
+NAMES = {
+    "q": "query", "k": "key", "v": "value", "cu_seqlens_q": "cu_seq_q", "cu_seqlens_k": "cu_seq_k",
+    "max_seqlen_q": "max_q", "max_seqlen_k": "max_k", "page_table": "block_table", "softmax_scale": "scale",
+    "causal": "is_causal",
+}  # fmt: skip
 
 
 def varlen_attn(
@@ -52,7 +60,7 @@ def varlen_attn(
         torch's FA2 path returns; its docstring says (T_q, H_q), its kernels and fake say (H_q, T_q)).
     Raises:
         ValueError: H_q != H_kv without enable_gqa, or H_q not a multiple of H_kv; otherwise as
-            `ragged_attn.attention`.
+            `ragged_attn.attention`, naming torch's arguments (query, cu_seq_q, max_q, block_table, ...).
     """
     h_q = query.shape[1] if hasattr(query, "shape") and len(query.shape) == 3 else None
     h_kv = None
@@ -67,8 +75,9 @@ def varlen_attn(
     window = (-1, -1) if causal and tuple(window_size) == (-1, 0) else tuple(window_size)
     if causal and window[1] == -1:
         window = (window[0], 0)
-    return attention(
-        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k,
-        seqused_k=seqused_k, page_table=block_table, kv_layout="NHD", causal=causal, window_size=window,
-        softmax_scale=scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln", backend=backend,
-    )  # fmt: skip
+    with caller_names(NAMES):
+        return attention(
+            query, key, value, cu_seq_q, cu_seq_k, max_q, max_k,
+            seqused_k=seqused_k, page_table=block_table, kv_layout="NHD", causal=causal, window_size=window,
+            softmax_scale=scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln", backend=backend,
+        )  # fmt: skip
