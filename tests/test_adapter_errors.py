@@ -10,9 +10,12 @@ caller did not pass, and nothing was written.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
+from ragged_attn import attention
 from ragged_attn.compat._names import rename_message
 from ragged_attn.compat.flash_attn import flash_attn_varlen_func as fa2_varlen
 from ragged_attn.compat.flash_attn_cute import flash_attn_varlen_func as fa4_varlen
@@ -255,6 +258,37 @@ def test_torch_varlen_block_table_dtype_is_named():
         "block_table",
         ("page_table",),
     )
+
+
+@pytest.mark.parametrize(
+    "aux", [True, False, "lse", {"lse": True}, 1], ids=["True", "False", "str", "dict", "int"]
+)
+def test_torch_varlen_return_aux_without_lse_attribute_is_refused(aux):
+    """return_aux=True used to drop the LSE silently (getattr(True, "lse", False))."""
+    args = _torch_args(319)
+    msg = _refused(TypeError, lambda: varlen_attn(*args, enable_gqa=True, return_aux=aux), "return_aux")
+    assert "AuxRequest" in msg and type(aux).__name__ in msg
+
+
+def _torch_aux_request(lse: bool):
+    """torch's own AuxRequest where this torch has one (2.11+), else any object with `.lse`."""
+    try:
+        from torch.nn.attention.varlen import AuxRequest
+    except ImportError:
+        return SimpleNamespace(lse=lse)
+    return AuxRequest(lse=lse)
+
+
+@pytest.mark.parametrize("lse", [True, False])
+def test_torch_varlen_return_aux_with_lse_attribute(lse):
+    args = _torch_args(320 + lse)
+    got = varlen_attn(*args, enable_gqa=True, return_aux=_torch_aux_request(lse))
+    want = attention(*args, return_lse=lse)
+    if lse:
+        assert isinstance(got, tuple) and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert got[1].shape == (4, args[0].shape[0])
+    else:
+        assert isinstance(got, torch.Tensor) and torch.equal(got, want)
 
 
 # --- FlashAttention -----------------------------------------------------------------------------

@@ -47,7 +47,9 @@ def varlen_attn(
         cu_seq_q, cu_seq_k int32 (N + 1,); max_q, max_k Python ints; scale (default 1/sqrt(D));
         window_size (left, right): (-1, 0) is causal, (W, 0) causal with a window of W, all
         bottom-right aligned (FlashAttention's frame, as torch's FA2 backend);
-        return_aux: an object with a truthy `.lse` (torch's AuxRequest) to also get the LSE.
+        return_aux: None, or torch's AuxRequest (any object with an `lse` attribute): a truthy
+            `.lse` also returns the LSE. A bool (return_aux=True) or anything without `.lse` is a
+            TypeError naming return_aux (it would otherwise drop the LSE silently).
         enable_gqa: required (as in torch 2.12+) when H_q != H_kv. torch 2.10-2.11 have no such
             flag and took equal head counts only (docs/DESIGN.md, peer facts), so their calls
             have nothing to add.
@@ -59,6 +61,7 @@ def varlen_attn(
         output (T_q, H_q, D), or (output, lse) with lse float32 (H_q, T_q), natural log (what
         torch's FA2 path returns; its docstring says (T_q, H_q), its kernels and fake say (H_q, T_q)).
     Raises:
+        TypeError: return_aux neither None nor an object with `.lse`.
         ValueError: H_q != H_kv without enable_gqa, or H_q not a multiple of H_kv; otherwise as
             `ragged_attn.attention`, naming torch's arguments (query, cu_seq_q, max_q, block_table, ...).
     """
@@ -70,7 +73,15 @@ def varlen_attn(
         raise ValueError(
             f"key: expected H_kv = H_q = {h_q} heads (pass enable_gqa=True for grouped-query attention), got {h_kv}"
         )
-    want_lse = bool(return_aux is not None and getattr(return_aux, "lse", False))
+    if return_aux is None:
+        want_lse = False
+    elif isinstance(return_aux, bool) or not hasattr(return_aux, "lse"):
+        raise TypeError(
+            "return_aux: expected None or torch's AuxRequest (an object with an `lse` attribute: "
+            f"AuxRequest(lse=True) returns (output, lse)), got {type(return_aux).__name__} {return_aux!r}"
+        )
+    else:
+        want_lse = bool(return_aux.lse)
     causal = bool(is_causal) or tuple(window_size) == (-1, 0)
     window = (-1, -1) if causal and tuple(window_size) == (-1, 0) else tuple(window_size)
     if causal and window[1] == -1:
