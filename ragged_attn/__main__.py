@@ -21,8 +21,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _info(argv: list[str]) -> int:
+    import argparse
+
     from .info import collect
 
+    argparse.ArgumentParser(
+        prog="python -m ragged_attn info",
+        description="Print versions, the GPU and its arch, the backends available and the cache directory.",
+    ).parse_args(argv)  # no options: anything else is argparse's error (exit status 2)
     for key, value in collect().items():
         print(f"{key:>18}: {value}")
     return 0
