@@ -238,6 +238,28 @@ def test_torch_varlen_scale_is_named():
     _refused(ValueError, lambda: varlen_attn(*args, enable_gqa=True, scale=-1.0), "scale", ("softmax_scale",))
 
 
+@pytest.mark.parametrize("window", [None, 5, (3,)], ids=["None", "int", "1-tuple"])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_torch_varlen_window_size_not_a_pair_is_named(window, is_causal):
+    """It was a bare TypeError ('NoneType' object is not iterable) or an IndexError."""
+    args = _torch_args(330 + is_causal)
+    msg = _refused(ValueError, lambda: varlen_attn(*args, enable_gqa=True, is_causal=is_causal, window_size=window),
+                   "window_size")  # fmt: skip
+    assert "pair" in msg and repr(window) in msg
+
+
+@pytest.mark.parametrize(
+    "window,is_causal", [((-1, 0), False), ((-1, -1), True), ([4, 0], False), ((4, -1), True)]
+)
+def test_torch_varlen_causal_spellings_agree(window, is_causal):
+    """window_size=(-1, 0) (torch 2.11+) and is_causal=True (torch 2.10) are one causal mask; a left
+    bound keeps its window."""
+    args = _torch_args(332)
+    got = varlen_attn(*args, enable_gqa=True, is_causal=is_causal, window_size=window)
+    left = window[0]
+    assert torch.equal(got, attention(*args, causal=True, window_size=(left, 0)))
+
+
 def test_torch_varlen_block_table_dtype_is_named():
     case = Case(318, [3, 5], [9, 20], 4, 2, 64, 64, dtype=torch.bfloat16, page_size=8)
     (q, k, v, cu_q, _, mq, mk), kw = case.make()

@@ -82,9 +82,11 @@ def varlen_attn(
         )
     else:
         want_lse = bool(return_aux.lse)
-    causal = bool(is_causal) or tuple(window_size) == (-1, 0)
-    window = (-1, -1) if causal and tuple(window_size) == (-1, 0) else tuple(window_size)
-    if causal and window[1] == -1:
+    # A window_size that is not a pair passes through for `attention` to name (it is checked there).
+    pair = isinstance(window_size, (tuple, list)) and len(window_size) == 2
+    window = tuple(window_size) if pair else window_size
+    causal = bool(is_causal) or window == (-1, 0)
+    if causal and pair and window[1] == -1:
         window = (window[0], 0)
     with caller_names(NAMES):
         return attention(
