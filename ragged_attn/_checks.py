@@ -133,6 +133,19 @@ def choice(name: str, x, allowed: tuple) -> None:
         raise ValueError(f"{name}: expected one of {allowed}, got {x!r}")
 
 
+def forward_only(q, k, v, sinks=None) -> None:
+    """ValueError naming the first of q, k, v, sinks that requires grad. Call it when grad mode is
+    enabled: the library has no backward on either backend (the kernel computes none; the reference
+    would build an autograd graph the kernel cannot, so it refuses the same calls)."""
+    for name, x in (("q", q), ("k", k), ("v", v), ("sinks", sinks)):
+        if getattr(x, "requires_grad", False) is True:
+            raise ValueError(
+                f"{name}: expected a tensor that does not require grad (ragged_attn is forward-only: no backward "
+                "on any backend), got one with requires_grad=True while grad mode is enabled; call it under "
+                "torch.no_grad() or torch.inference_mode(), or pass detached tensors"
+            )
+
+
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True when the memory spans of a and b intersect (conservative: spans, not exact elements).
     Meta tensors have no memory (every data_ptr is 0), so they overlap nothing."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import torch
 from torch.compiler import is_compiling
 
 from . import _checks as chk
@@ -109,10 +110,14 @@ def attention(
 
     Returns:
         out (total_q, H_q, D_v) in q's dtype, or (out, lse) when return_lse (lse float32).
+    Forward only, on every backend: with grad mode enabled, a q, k, v or sinks that requires grad
+    is a ValueError naming it (call under torch.no_grad() or torch.inference_mode()); the kernel has
+    no backward, and the reference refuses the same calls rather than build an autograd graph.
+
     Raises:
         TypeError / ValueError: a bad argument (named in the message), among them an out / lse
             overlapping any input (q, k, v, cu_seqlens_q/k, seqused_q/k, page_table; the message
-            names both); nothing is written.
+            names both), or an input that requires grad with grad mode enabled; nothing is written.
         NotImplementedError: the kernel does not serve this valid problem (the message says why:
             among them `sinks` and `softcap`, not in the GPU kernel yet); backend="reference" does.
     """
@@ -123,6 +128,8 @@ def attention(
             window_size=window_size, softmax_scale=softmax_scale, return_lse=return_lse, lse_layout=lse_layout,
             lse_base=lse_base, out=out, lse=lse, sinks=sinks, softcap=softcap, backend=backend,
         )  # fmt: skip
+    if torch.is_grad_enabled():  # forward only, on every backend and path (the fast one included)
+        chk.forward_only(q, k, v, sinks)
     fast_key = None
     if (
         lse is None and sinks is None and type(backend) is str and backend != "reference"
@@ -274,10 +281,13 @@ class Plan:
         Returns:
             out, or (out, lse) when the plan returns the LSE.
         Raises:
-            TypeError / ValueError: as `attention` (an out overlapping any input included), or
+            TypeError / ValueError: as `attention` (an out overlapping any input and inputs that
+                require grad with grad mode enabled included), or
                 tensors that need another layout class than the plan's; nothing is written.
             NotImplementedError: as `attention`, for a call the kernel does not serve.
         """
+        if torch.is_grad_enabled():  # forward only, as `attention`
+            chk.forward_only(q, k, v, sinks)
         if self._bound is not None and sinks is None:  # a kernel plan never has sinks (check_support)
             result = self._bound.try_launch(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, lse,

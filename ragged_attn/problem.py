@@ -329,7 +329,10 @@ def build_problem(
         if page_table.shape[1] > 1 and page_table.stride(1) != 1:
             raise ValueError(f"page_table: expected contiguous rows (stride 1 in dim 1), got strides {page_table.stride()}")
         if seqused_k is None and cu_seqlens_k is None:
-            raise ValueError("seqused_k: expected an int32 (B,) tensor of key lengths for page pools, got None")
+            raise ValueError(
+                "seqused_k: expected an int32 (B,) tensor of key lengths for page pools (or cu_seqlens_k, whose "
+                "differences are the key lengths), got None"
+            )
         max_pages = page_table.shape[1]
 
     max_seqlen_q = chk.python_int("max_seqlen_q", max_seqlen_q, minimum=0, why_not_tensor=_MAX_SEQLEN_IS_TENSOR)

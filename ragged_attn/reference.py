@@ -49,8 +49,8 @@ def _lengths(t: Tensors, problem: Problem) -> tuple[list[int], list[int], list[i
     for i in range(b):
         if not 0 <= cu_q[i] <= cu_q[i + 1] <= problem.total_q:
             raise ValueError(
-                f"cu_seqlens_q: expected non-decreasing offsets within [0, total_q = {problem.total_q}], "
-                f"got {cu_q[i]} then {cu_q[i + 1]} at sequence {i}"
+                f"cu_seqlens_q: expected non-decreasing offsets within [0, total_q = {problem.total_q}] "
+                f"(the rows of q), got {cu_q[i]} then {cu_q[i + 1]} at sequence {i}"
             )
     len_q = [cu_q[i + 1] - cu_q[i] for i in range(b)]
     if t.seqused_q is not None:
@@ -58,17 +58,19 @@ def _lengths(t: Tensors, problem: Problem) -> tuple[list[int], list[int], list[i
         for i in range(b):
             if not 0 <= used[i] <= len_q[i]:
                 raise ValueError(
-                    f"seqused_q: expected 0 <= seqused_q[{i}] <= {len_q[i]} (the gap between starts), got {used[i]}"
+                    f"seqused_q: expected a length in [0, {len_q[i]}] (the gap between starts) at sequence {i}, "
+                    f"got {used[i]}"
                 )
         len_q = used
     if t.cu_seqlens_k is not None:
         cu_k = t.cu_seqlens_k.tolist()
-        limit = problem.total_k if problem.kv == "ragged" else None
+        limit = problem.total_k if problem.kv == "ragged" else None  # page pools: only differences count
+        within = f"within [0, total_k = {limit}] (the rows of k)" if limit is not None else ">= 0"
         for i in range(b):
             if cu_k[i] > cu_k[i + 1] or cu_k[i] < 0 or (limit is not None and cu_k[i + 1] > limit):
                 raise ValueError(
-                    f"cu_seqlens_k: expected non-decreasing offsets within [0, total_k = {problem.total_k}], "
-                    f"got {cu_k[i]} then {cu_k[i + 1]} at sequence {i}"
+                    f"cu_seqlens_k: expected non-decreasing offsets {within}, got {cu_k[i]} then {cu_k[i + 1]} "
+                    f"at sequence {i}"
                 )
         len_k = [cu_k[i + 1] - cu_k[i] for i in range(b)]
     else:
@@ -78,8 +80,8 @@ def _lengths(t: Tensors, problem: Problem) -> tuple[list[int], list[int], list[i
         for i in range(b):
             bound = len_k[i] if (len_k is not None and problem.kv == "ragged") else None
             if used[i] < 0 or (bound is not None and used[i] > bound):
-                want = f"0 <= seqused_k[{i}] <= {bound}" if bound is not None else f"seqused_k[{i}] >= 0 (a key count)"
-                raise ValueError(f"seqused_k: expected {want}, got {used[i]}")
+                want = f"in [0, {bound}] (the gap between starts)" if bound is not None else ">= 0"
+                raise ValueError(f"seqused_k: expected a key count {want} at sequence {i}, got {used[i]}")
         len_k = used
     if problem.kv == "paged":
         capacity = problem.max_pages_per_seq * problem.page_size

@@ -92,6 +92,9 @@ BAD = [
     ("cu-k-length", ValueError, ["cu_seqlens_k", "(4,)"], lambda kw: kw.update(cu_seqlens_k=kw["cu_seqlens_k"][:-1])),
     ("cu-k-missing", ValueError, ["cu_seqlens_k", "ragged"], lambda kw: kw.update(cu_seqlens_k=None)),
     ("cu-k-device", ValueError, ["cu_seqlens_k", "device"], lambda kw: kw.update(cu_seqlens_k=kw["cu_seqlens_k"].to("meta"))),
+    # The offsets check blames cu_seqlens_k; the message says how many rows k has.
+    ("k-fewer-rows-than-cu-seqlens-k", ValueError, ["cu_seqlens_k", "total_k = 10", "the rows of k"],
+     lambda kw: kw.update(k=kw["k"][:10], v=kw["v"][:10])),
     ("cu-q-not-tensor", TypeError, ["cu_seqlens_q", "torch.Tensor"], lambda kw: kw.update(cu_seqlens_q=[0, 5, 5, 16])),
     ("seqused-q-shape", ValueError, ["seqused_q", "(3,)"], lambda kw: kw.update(seqused_q=torch.zeros(2, dtype=torch.int32))),
     ("seqused-k-dtype", TypeError, ["seqused_k", "int32"], lambda kw: kw.update(seqused_k=torch.zeros(3, dtype=torch.int64))),
@@ -151,7 +154,10 @@ BAD_PAGED = [
     ("page-table-dtype", TypeError, ["page_table", "int32"], lambda kw: kw.update(page_table=kw["page_table"].long())),
     ("page-table-rank", ValueError, ["page_table", "2-D"], lambda kw: kw.update(page_table=kw["page_table"][:, 0])),
     ("page-table-batch", ValueError, ["page_table", "B = 3"], lambda kw: kw.update(page_table=kw["page_table"][:2])),
-    ("paged-no-lengths", ValueError, ["seqused_k", "page pools"], lambda kw: kw.update(seqused_k=None)),
+    ("paged-no-lengths", ValueError, ["seqused_k", "page pools", "or cu_seqlens_k"], lambda kw: kw.update(seqused_k=None)),
+    # Page pools: cu_seqlens_k gives lengths only (its differences), so no bound on its entries but >= 0.
+    ("paged-cu-k-decreasing", ValueError, ["cu_seqlens_k", "non-decreasing offsets >= 0", "5 then 3"],
+     lambda kw: kw.update(seqused_k=None, cu_seqlens_k=torch.tensor([0, 5, 3, 16], dtype=torch.int32))),
     ("paged-k-rank", ValueError, ["k", "4-D"], lambda kw: kw.update(k=kw["k"][0])),
     ("paged-v-pool-differs", ValueError, ["v", "pool shape"], lambda kw: kw.update(v=torch.randn(4, 8, H_KV, D).bfloat16())),
     # Issue 11: an out over the page table was written, overwrote the table, then raised IndexError.

