@@ -18,13 +18,15 @@ from ragged_attn.kernels.sm90.tile_scheduler import (  # noqa: E402
 )
 
 
-def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512):
+def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False):
     num_wg = tile_m // ROW_BLOCK
     _, _, _, packed, num_tiles = launch_schedule_ref(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes)
     computed, lse_filled = {}, {}
     ratio = hq // hkv
     for t in range(num_tiles):
-        unit, tile, b, has_rows, pack_r = decode_tile_ref(t, lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes)
+        unit, tile, b, has_rows, pack_r = decode_tile_ref(
+            t, lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes, kv_head_groups
+        )  # fmt: skip
         kv_heads = set()
         # The items as the producer hands them over: a packed sequence's partial tile first.
         shift = item_shift_ref(pack_r, packed, lens_q[b], num_wg)
@@ -66,11 +68,29 @@ def test_every_row_block_of_every_head_is_computed_exactly_once(seed, pack, tile
     _cover(lens_q, lens_k, hkv * ratio, hkv, tile_m, pack, lse_s_max)
 
 
+@pytest.mark.parametrize("kv_head_groups", [False, True])
 @pytest.mark.parametrize("pack", [False, "always"])
-def test_l2_groups_keep_the_cover(pack):
+def test_l2_groups_keep_the_cover(pack, kv_head_groups):
     # Long keys: token_bytes large enough that the L2 re-deal of (unit, slot) pairs is taken.
-    _cover([1000, 300, 70], [1000, 5000, 70], 12, 3, 192, pack, token_bytes=1 << 14)
-    _cover([700], [700], 16, 2, 128, pack, token_bytes=1 << 15)
+    _cover([1000, 300, 70], [1000, 5000, 70], 12, 3, 192, pack, token_bytes=1 << 14, kv_head_groups=kv_head_groups)
+    _cover([700], [700], 16, 2, 128, pack, token_bytes=1 << 15, kv_head_groups=kv_head_groups)
+    _cover([16384], [16384], 32, 8, 128, pack, kv_head_groups=kv_head_groups)
+
+
+def test_l2_groups_count_query_or_kv_heads():
+    """1 x 16384 at 32/8 heads, d128 bf16 (512 bytes of K and V per token and head: 8 MiB per head):
+    query-head groups hold 4 query heads (32 MiB / 8 MiB, rounded to one GQA group); K/V-head groups
+    hold 4 K/V heads, 16 query heads (FA3's count)."""
+    from ragged_attn.kernels.sm90.tile_scheduler import L2_KV_BYTES
+
+    fit = L2_KV_BYTES // (16384 * 512)
+    units = {}
+    for kv in (False, True):
+        # The first 16 * 8 linear indices (slot 0..7 of every query head, units fastest) land on
+        # the heads of the first group(s) only.
+        heads = {decode_tile_ref(t, [16384], [16384], 32, 8, 128, False, kv_head_groups=kv)[0] for t in range(4 * 16)}
+        units[kv] = len(heads)
+    assert fit == 4 and units == {False: 4, True: 16}
 
 
 def test_packing_fills_the_idle_warpgroups_of_short_sequences():

@@ -5,6 +5,7 @@ Used to carry kernels compiled on a CPU box to the GPU machine: tests/gpu/test_k
 reads the classes its cases use through RAGGED_ATTN_SM90_PREBUILT, tools/bench_sm90.py the
 classes and the candidates of `VARIANTS`.
 Usage: CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py DIR [--jobs N] [--no-variants] [--classes A,B]
+       [--config FIELD=VALUE,...]
 (run it from another checkout, e.g. `git worktree add`, to time that tree's kernels beside this one's
 as a RAGGED_ATTN_VARIANTS entry of tools/bench_issue10.py)
 """
@@ -68,8 +69,12 @@ def test_classes():
 def _build(job):
     lc, path, variant = job
     from ragged_attn.kernels.sm90 import compile_forward
+    from ragged_attn.kernels.sm90.tile_config import tile_config
 
-    config = None if variant is None else variant_config(variant)
+    if isinstance(variant, dict):  # --config: the class's own config with these fields replaced
+        config = dataclasses.replace(tile_config(lc), **variant)
+    else:
+        config = None if variant is None else variant_config(variant)
     t = time.time()
     compile_forward(lc, config=config).export_to_c(path, "fwd")
     return os.path.basename(path), time.time() - t
@@ -81,15 +86,31 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--classes", help="comma-separated class names: build only these (no variants)")
+    ap.add_argument(
+        "--config",
+        help="comma-separated TileConfig fields, FIELD=VALUE (e.g. l2_kv_head_groups=1): each class built with its own "
+        "config and these fields replaced (a variant folder for tools/bench_issue10.py's RAGGED_ATTN_VARIANTS)",
+    )
     a = ap.parse_args()
+    override = None
+    if a.config:
+        from ragged_attn.kernels.sm90.tile_config import TileConfig
+
+        types = {f.name: f.type for f in dataclasses.fields(TileConfig)}
+        override = {}
+        for item in a.config.split(","):
+            field, _, value = item.partition("=")
+            if field not in types:
+                ap.error(f"--config: unknown TileConfig field {field!r} (fields: {', '.join(types)})")
+            override[field] = bool(int(value)) if types[field] in (bool, "bool") else int(value)
     os.makedirs(os.path.join(a.folder, "variants"), exist_ok=True)
     classes = test_classes()
     if a.classes:
         from ragged_attn.aot import parse_class_name
 
         classes = [parse_class_name(n) for n in a.classes.split(",")]
-    jobs = [(lc, os.path.join(a.folder, lc.name + ".o"), None) for lc in classes]
-    if not a.no_variants and not a.classes:
+    jobs = [(lc, os.path.join(a.folder, lc.name + ".o"), override) for lc in classes]
+    if not a.no_variants and not a.classes and override is None:
         jobs += [
             (variant_class(v[0], v[1]), os.path.join(a.folder, "variants", variant_name(*v) + ".o"), v)
             for v in VARIANTS

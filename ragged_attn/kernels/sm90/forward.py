@@ -168,6 +168,7 @@ class RaggedForwardSm90(MmaMainloops):
         # O staged 64 rows at a time, the warpgroups taking the buffer in turns (tile_config.py).
         self.o_turns = config.o_turns and self.wg_epilogue
         self.o_rows = 64 if self.o_turns else self.tile_m  # sO's rows
+        self.l2_kv_head_groups = config.l2_kv_head_groups
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
@@ -593,7 +594,7 @@ class RaggedForwardSm90(MmaMainloops):
         _, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k = sched
         unit, tile, batch_idx, has_rows, seqlen = decode_tile(
             t, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
-            self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8),
+            self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8), self.l2_kv_head_groups,
         )  # fmt: skip
         items = self.items_of(unit, tile, pack_r, seqlen, packed)
         rows = None

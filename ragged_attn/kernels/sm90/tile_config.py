@@ -61,6 +61,10 @@ class TileConfig:
     # store and early_q_release stay on) where a whole tile's O beside Q and the K/V stages does
     # not fit (d192: Q 48 + K 2 x 48 + V 2 x 32 + O 16 KiB).
     o_turns: bool = False
+    # L2 groups of long sequences (tile_scheduler.l2_group) counted in K/V heads, FA3's count; off:
+    # in query heads, as if each read K/V of its own (fewer heads per group under GQA). Not measured
+    # yet as its own variant (64 MiB groups, session 6: 1 x 16384 d128 +1.4%, d192 mixed14 -3%).
+    l2_kv_head_groups: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):

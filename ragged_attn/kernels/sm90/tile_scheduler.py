@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64
+from cutlass import Float32, Int32, Int64, const_expr
 
 from .seqlen_info import SeqlenInfo
 
@@ -192,6 +192,17 @@ def tile_rows(tile: Int32, pack_r: Int32, num_wg: cutlass.Constexpr[int]):
 
 
 @cute.jit
+def l2_group(fit: Int32, ratio: Int32, kv_head_groups: cutlass.Constexpr[bool]) -> Int32:
+    """Query heads per L2 group, from `fit` = L2_KV_BYTES / (one head's K/V bytes of the sequence):
+    `fit` query heads rounded down to whole GQA groups, at least one (as if each query head read
+    K/V of its own); kv_head_groups: `fit` K/V heads, at least one, times the GQA ratio (FA3's dense
+    scheduler's count: a GQA group's query heads share one K/V head's bytes)."""
+    if const_expr(kv_head_groups):
+        return cutlass.max(fit, 1) * ratio
+    return cutlass.max(fit // ratio, 1) * ratio
+
+
+@cute.jit
 def decode_tile(
     t: Int64,
     num_units: Int32,
@@ -207,6 +218,7 @@ def decode_tile(
     use_seqused_k: Int32,
     tile_m: cutlass.Constexpr[int],
     token_bytes: cutlass.Constexpr[int],  # (d_qk + d_v) * element bytes: one token's K and V of one head
+    kv_head_groups: cutlass.Constexpr[bool] = False,  # L2 groups counted in K/V heads (`l2_group`)
 ):
     """(unit, tile, batch_idx, has_rows, seqlen) of linear tile index t (see the module);
     has_rows == 0: nothing to compute (at most padded LSE rows past len_q to fill). A whole warp
@@ -235,12 +247,14 @@ def decode_tile(
     tiles_q = (pack_r * row_blocks + (num_wg - 1)) // num_wg
     unit = unit_x
     if slot < tiles_q:
-        if Int64(seqlen.len_k) * Int64(num_units * pack_r * token_bytes) > Int64(L2_KV_BYTES):
+        heads_counted = num_units * pack_r  # query heads, each counted with its own K/V
+        if const_expr(kv_head_groups):
+            heads_counted = heads_counted // ratio  # K/V heads
+        if Int64(seqlen.len_k) * Int64(heads_counted * token_bytes) > Int64(L2_KV_BYTES):
             # L2 groups: a bijection of the sequence's tile-holding (unit, slot) pairs, in the
-            # order units-fastest ranks them. G = L2_KV_BYTES / (one head's K/V bytes) query
-            # heads, rounded down to whole GQA groups (at least one), in units.
+            # order units-fastest ranks them (`l2_group`).
             head_bytes = Float32(seqlen.len_k) * Float32(token_bytes)
-            group = (cutlass.max(Int32(Float32(L2_KV_BYTES) / head_bytes) // ratio, 1) * ratio) // pack_r
+            group = l2_group(Int32(Float32(L2_KV_BYTES) / head_bytes), ratio, kv_head_groups) // pack_r
             rank = unit_x + num_units * slot
             per_group = group * tiles_q
             g = rank // per_group
@@ -282,7 +296,9 @@ def launch_schedule_ref(lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, l
     return num_units, pack_r, tiles_max, packed, num_tiles
 
 
-def decode_tile_ref(t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512):
+def decode_tile_ref(
+    t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False
+):
     """Pure-Python twin of `decode_tile` (with the launch's counts): (unit, tile, batch_idx,
     has_rows, pack_r), for tests."""
     num_wg = tile_m // ROW_BLOCK
@@ -305,8 +321,10 @@ def decode_tile_ref(t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, ls
         b, slot = slot_lin // tiles_max, slot_lin % tiles_max
     tiles_q = -(-pack_r * -(-lens_q[b] // ROW_BLOCK) // num_wg)
     unit = unit_x
-    if slot < tiles_q and lens_k[b] * num_units * pack_r * token_bytes > L2_KV_BYTES:
-        group = (max(int(L2_KV_BYTES / (lens_k[b] * token_bytes)) // ratio, 1) * ratio) // pack_r
+    heads_counted = num_units * pack_r // (ratio if kv_head_groups else 1)
+    if slot < tiles_q and lens_k[b] * heads_counted * token_bytes > L2_KV_BYTES:
+        fit = int(L2_KV_BYTES / (lens_k[b] * token_bytes))
+        group = (max(fit, 1) * ratio if kv_head_groups else max(fit // ratio, 1) * ratio) // pack_r
         rank = unit_x + num_units * slot
         g, rest = divmod(rank, group * tiles_q)
         units_here = min(group, num_units - g * group)
