@@ -4,7 +4,12 @@
 # cold start costs ~100 s of device budget (two staging calls plus the idle tail), so put the whole
 # round into call 2 and keep the variants prebuilt on the CPU box:
 #   CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py .devcache/sm90 --no-variants   # test classes
-#   (and any variant builds into .devcache/sm90/<variant>/, see tools/bench_issue10.py)
+#   (and any variant builds into .devcache/sm90/<variant>/, see tools/bench_issue10.py: another git
+#   ref with tools/build_variant.sh, or this tree's classes with TileConfig fields replaced:
+#   python tools/prebuild_sm90.py .devcache/sm90/l2kv --classes C1,C2 --config l2_kv_head_groups=1)
+# Learned on 2026-12-03: refusals ("no device machine could be started") cost 15 s each and a
+# cold start can be 10-40 minutes away; the FA3 wheel (.devcache/c) and any extra folder can ride
+# a first call of their own (c before a works: its wheel installs with b's).
 # Call 2: carry [".devcache/b", ".devcache/sm90"], command
 #   source .devcache/b/bootstrap.sh >/dev/null 2>&1; bash tools/gpu_round_issue10.sh
 # Environment: SWEEP (problems of the sweep gate, default 1000; 0 skips it), TESTS (default

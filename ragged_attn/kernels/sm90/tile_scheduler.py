@@ -31,7 +31,10 @@ hold nothing (packed) or only padded LSE rows (per sequence).
 
 Long sequences (K/V of all query heads > L2_KV_BYTES) re-deal their (unit, slot) tiles in L2
 groups of query heads: G heads take all their tiles, G heads per slot, before the next G start
-(FlashAttention 3's LPT count, whole GQA groups, a partial last group allowed). Measured on an
+(a partial last group allowed). G = L2_KV_BYTES / (one head's K/V bytes) query heads rounded down
+to whole GQA groups (`l2_group`): under GQA this is fewer heads than FlashAttention 3's dense
+scheduler groups, which counts K/V heads and multiplies by the GQA ratio (TileConfig
+l2_kv_head_groups builds that count, for measurement). Measured on an
 H200, 2026-11-30 (d128 causal, non-persistent grid): 2 x 8192 at 64/8 heads 593 -> 615 TFLOP/s;
 DeepSeek 1 x 16384 (128/128, d 192/128) 502 -> 663; short batches unchanged.
 """
