@@ -169,6 +169,7 @@ class RaggedForwardSm90(MmaMainloops):
         self.o_turns = config.o_turns and self.wg_epilogue
         self.o_rows = 64 if self.o_turns else self.tile_m  # sO's rows
         self.l2_kv_head_groups = config.l2_kv_head_groups
+        self.q_first = config.q_first  # ragged loads only (load_tile)
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
@@ -883,9 +884,12 @@ class RaggedForwardSm90(MmaMainloops):
         n_block_min, n_block_max = block_info.n_block_range()
         n_blocks = n_block_max - n_block_min
         # Block i (i = 0 .. n_blocks - 1) is key block n_block_max - 1 - i; Q goes after block 0's K
-        # (or alone when the tile sees no key).
-        if n_blocks <= 0:
+        # (or alone when the tile sees no key; before it with q_first).
+        if const_expr(self.q_first):
             self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
+        else:
+            if n_blocks <= 0:
+                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
             pipe_k.producer_acquire(kv_state)
@@ -895,8 +899,9 @@ class RaggedForwardSm90(MmaMainloops):
                 tKsK[None, kv_state.index],
                 tma_bar_ptr=pipe_k.producer_get_barrier(kv_state),
             )
-            if i == 0:
-                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
+            if const_expr(not self.q_first):
+                if i == 0:
+                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
             pipe_v.producer_acquire(kv_state)
             cute.copy(
                 tma_atom_V,

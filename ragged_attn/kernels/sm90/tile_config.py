@@ -65,6 +65,10 @@ class TileConfig:
     # in query heads, as if each read K/V of its own (fewer heads per group under GQA). Not measured
     # yet as its own variant (64 MiB groups, session 6: 1 x 16384 d128 +1.4%, d192 mixed14 -3%).
     l2_kv_head_groups: bool = False
+    # The producer issues a tile's Q load before its first K block (ragged); off: after it, so the
+    # K stage the MMA warpgroups wait for first is not queued behind Q. Not measured yet (session 5's
+    # ncu: the MMA warps wait for Q in 9% of samples on 64 x 128 d64).
+    q_first: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
