@@ -151,7 +151,7 @@ def store_tile(
     else:
         store_rows(
             gmem_tiled_copy_O, sO, mO, seqlen, tidx, row0, head_idx, rows_left, part, rows, tile_m, d_v,
-            out_dtype, release_q, q_state,
+            out_dtype, release_q, q_state, s_part=s_part, turn_pass=turn_pass,
         )  # fmt: skip
 
 @cute.jit
