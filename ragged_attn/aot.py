@@ -102,6 +102,11 @@ def parse_class_name(name: str) -> LayoutClass:
     """The LayoutClass of a `LayoutClass.name` such as `sm_90a-d128x128-bf16-bf16-causal-lse-ragged`.
     Raises ValueError naming the part that does not parse."""
     parts = name.strip().split("-")
+    flags = {}
+    for flag in ("sinks", "softcap"):  # optional trailing parts, in `LayoutClass.name`'s order
+        if len(parts) > 7 and parts[-1] == flag:
+            flags[flag] = True
+            parts.pop()
     if len(parts) != 7:
         raise ValueError(
             f"layout class name {name!r}: expected 7 '-'-separated parts (e.g. {serving_classes()[0].name})"
@@ -115,7 +120,7 @@ def parse_class_name(name: str) -> LayoutClass:
         raise ValueError(f"layout class name {name!r}: head dims {dims!r} are not 'd<d_qk>x<d_v>'") from None
     if lse not in ("lse", "nolse"):
         raise ValueError(f"layout class name {name!r}: {lse!r} is neither 'lse' nor 'nolse'")
-    return LayoutClass(arch, d_qk, d_v, dtype, out_dtype, mask, lse == "lse", kv)
+    return LayoutClass(arch, d_qk, d_v, dtype, out_dtype, mask, lse == "lse", kv, **flags)
 
 
 def classes_from_file(path: str | os.PathLike) -> list[LayoutClass]:

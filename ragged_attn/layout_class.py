@@ -16,6 +16,8 @@ ARCHES = ("sm_90a",)
 DTYPES = ("bf16", "fp16")
 MASK_FAMILIES = ("none", "causal", "window")
 KV_KINDS = ("ragged", "paged")
+# Flags of the class that default to False and are named only when True (`name`, `as_dict`).
+OPTIONAL_FLAGS = ("softcap", "sinks")
 
 # Head-dim classes served by a kernel, as (d_qk, d_v), cheapest first. Any (d_qk, d_v) (multiples
 # of 8 up to 256) rides the cheapest class whose dims are both >= its own: a zero-padded envelope.
@@ -36,6 +38,11 @@ class LayoutClass:
             (sliding window, left/right bounds at run time; causal + window lands here).
         lse: True when the kernel writes the log-sum-exp (layout, base and s_max are run time).
         kv: "ragged" (k/v are (total_k, H_kv, D)) or "paged" (page pools, NHD or HND by strides).
+        softcap: True when the kernel soft-caps the scores (issue 14; the cap is a run-time float).
+        sinks: True when the kernel adds a per-head attention sink (issue 14; a run-time (H_q,)
+            float32 tensor). Both default to False and appear in `name` and `as_dict` only when
+            True, so every other class keeps its name, compile key and compiled object.
+            (backends.check_support still declines sinks and softcap: the GPU tests come first.)
     """
 
     arch: str
@@ -46,6 +53,8 @@ class LayoutClass:
     mask: str
     lse: bool
     kv: str
+    softcap: bool = False
+    sinks: bool = False
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHES:
@@ -61,20 +70,29 @@ class LayoutClass:
             raise ValueError(f"LayoutClass.mask: expected one of {MASK_FAMILIES}, got {self.mask!r}")
         if self.kv not in KV_KINDS:
             raise ValueError(f"LayoutClass.kv: expected one of {KV_KINDS}, got {self.kv!r}")
-        if not isinstance(self.lse, bool):
-            raise TypeError(f"LayoutClass.lse: expected a bool, got {type(self.lse).__name__}")
+        for name in ("lse", "softcap", "sinks"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"LayoutClass.{name}: expected a bool, got {type(getattr(self, name)).__name__}")
 
     @property
     def name(self) -> str:
-        """A short, filesystem-safe name, e.g. `sm_90a-d128x128-bf16-bf16-causal-lse-ragged`."""
+        """A short, filesystem-safe name, e.g. `sm_90a-d128x128-bf16-bf16-causal-lse-ragged`;
+        "-softcap" and then "-sinks" follow only for a class with them."""
         lse = "lse" if self.lse else "nolse"
+        extra = ("-softcap" if self.softcap else "") + ("-sinks" if self.sinks else "")
         return (
             f"{self.arch}-d{self.d_qk}x{self.d_v}-{self.dtype}-{self.out_dtype}-"
-            f"{self.mask}-{lse}-{self.kv}"
+            f"{self.mask}-{lse}-{self.kv}{extra}"
         )
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields as a dict; softcap and sinks only when True (the other classes' records stay
+        as they were)."""
+        d = dataclasses.asdict(self)
+        for name in OPTIONAL_FLAGS:
+            if not d[name]:
+                del d[name]
+        return d
 
 
 def head_dim_class(d_qk: int, d_v: int) -> tuple[int, int] | None:

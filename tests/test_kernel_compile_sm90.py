@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import random
@@ -196,3 +197,74 @@ def test_block_range_covers_every_allowed_pair(seed):
         used = {j // tn for i in rows for j in range(lk) if _allowed(i, j, lq, lk, off, left, right)}
         if used:  # (an empty `used` may still get a non-empty, fully masked range: correct, slower)
             assert n_min == min(used) and n_max == max(used) + 1
+
+
+# --- issue 14: softcap and sinks classes (served by no backend yet: tests/gpu/test_softcap_sinks_gpu.py) ---
+
+
+@pytest.mark.parametrize(
+    "lc",
+    [
+        LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, "ragged", softcap=True),
+        LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "window", True, "ragged", sinks=True),
+        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "window", True, "ragged", softcap=True),
+        LayoutClass("sm_90a", 128, 128, "fp16", "fp16", "causal", True, "ragged", softcap=True, sinks=True),
+    ],
+    ids=lambda lc: lc.name,
+)
+def test_softcap_and_sinks_classes_compile_without_spills(lc, tmp_path, capfd):
+    """The -softcap / -sinks classes compile for sm_90a with no spills; their functions take sinks
+    and softcap after page_table (compiled_args), and export and reload."""
+    from ragged_attn.kernels.sm90 import COMPILED_ARGS, compiled_args
+
+    assert compiled_args(lc) == (*COMPILED_ARGS, "sinks", "softcap")
+    fn = compile_forward(lc, "remarks{ptx}")
+    out, err = capfd.readouterr()
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
+    assert spills, "ptxas printed no usage report"
+    assert all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
+    obj = tmp_path / "k.o"
+    fn.export_to_c(str(obj), "fwd")
+    assert callable(cute.runtime.load_module(str(obj), enable_tvm_ffi=True).fwd)
+
+
+def test_softcap_uses_tanh_approx_and_plain_classes_keep_their_signature(tmp_path):
+    """A softcap class's PTX has tanh.approx.f32 (one per score element and S GEMM site); a plain
+    class's compiled function keeps COMPILED_ARGS (its entry is `__call__`, not `call_ext`)."""
+    from ragged_attn.kernels.sm90 import COMPILED_ARGS, compiled_args
+
+    plain = LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, "ragged")
+    assert compiled_args(plain) == COMPILED_ARGS
+    lc = dataclasses.replace(plain, softcap=True)
+    compile_forward(lc, f"--keep-ptx --dump-dir {tmp_path}")
+    ptx = "".join(p.read_text() for p in tmp_path.glob("*.ptx"))
+    assert "call_ext" in "".join(p.name for p in tmp_path.glob("*.ptx"))
+    assert ptx.count("tanh.approx.f32") > 0
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_finalize_sink_matches_logaddexp(seed):
+    """finalize_sink's arithmetic (its Python mirror, float64) against LSE = logaddexp(row LSE,
+    sink), O scale = exp(-LSE) relative to the row's sum; empty rows give LSE = sink, O = 0."""
+    import math
+
+    from ragged_attn.kernels.sm90.softmax import finalize_sink_ref
+
+    r = random.Random(seed)
+    scale = r.choice([0.125, 0.088, 1.0]) * math.log2(math.e)
+    scores = [r.gauss(0, 3) for _ in range(r.randint(0, 6))]
+    sink = r.choice([r.gauss(0, 3), 50.0, -50.0, -math.inf])
+    m = max(scores, default=-math.inf)
+    l = sum(2.0 ** ((x - m) * scale) for x in scores)  # noqa: E741
+    o_scale, lse2 = finalize_sink_ref(m, l, sink, scale)
+    row_lse = math.log(sum(math.exp(x * scale / math.log2(math.e)) for x in scores)) if scores else -math.inf
+    want = row_lse if sink == -math.inf else (sink if row_lse == -math.inf else max(row_lse, sink) + math.log1p(math.exp(-abs(row_lse - sink))))
+    if want == -math.inf:
+        assert lse2 == -math.inf
+    else:
+        assert abs(lse2 * math.log(2) - want) < 1e-9
+        if scores:  # O = sum_j 2^((x_j - m) s) v_j * o_scale: the weights sum to exp(row_lse - want)
+            assert abs(l * o_scale - math.exp(row_lse - want)) < 1e-9
+    # +inf sink: O = 0, LSE = +inf; NaN sink: NaN
+    assert finalize_sink_ref(m, l, math.inf, scale) == (0.0, math.inf)
+    assert math.isnan(finalize_sink_ref(m, l, math.nan, scale)[1])

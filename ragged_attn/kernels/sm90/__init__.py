@@ -10,6 +10,14 @@ Entry points:
 See launch.py for argument semantics and forward.py for the kernel's structure.
 """
 
-from .launch import COMPILED_ARGS, compile_forward, launch_forward, sm_count, tile_counter
+from .launch import (
+    COMPILED_ARGS,
+    COMPILED_ARGS_EXT,
+    compile_forward,
+    compiled_args,
+    launch_forward,
+    sm_count,
+    tile_counter,
+)
 
-__all__ = ["COMPILED_ARGS", "compile_forward", "launch_forward", "sm_count", "tile_counter"]
+__all__ = ["COMPILED_ARGS", "COMPILED_ARGS_EXT", "compile_forward", "compiled_args", "launch_forward", "sm_count", "tile_counter"]

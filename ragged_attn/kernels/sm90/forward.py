@@ -118,6 +118,8 @@ class RaggedForwardSm90(MmaMainloops):
         has_lse: bool,
         config: TileConfig = TileConfig(),
         paged: bool = False,
+        softcap: bool = False,
+        sinks: bool = False,
     ):
         """d_qk, d_v: the class's head dims (the smem boxes); the tensors' own head dims are run
         time and may be smaller (an envelope: TMA zero-fills the columns past them, the O store
@@ -139,6 +141,10 @@ class RaggedForwardSm90(MmaMainloops):
         self.mask = mask
         self.has_lse = has_lse
         self.paged = paged
+        # Issue 14: scores soft-capped (tanh) before the mask; a per-head sink in the softmax
+        # denominator. Such a class is entered through `call_ext` (run-time mSinks, softcap).
+        self.softcap = softcap
+        self.sinks = sinks
         if paged:
             self.producer_regs = self.producer_regs_paged
         # What the producer warpgroup leaves, split over the MMA warpgroups (setmaxnreg takes
@@ -215,6 +221,64 @@ class RaggedForwardSm90(MmaMainloops):
         mPageTable: Optional[cute.Tensor],  # paged: (B, max_pages) int32; ragged: None
         stream: cuda.CUstream,
     ):
+        self.host(
+            mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
+            batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
+            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, stream,
+            None, None,
+        )  # fmt: skip
+
+    @cute.jit
+    def call_ext(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: Optional[cute.Tensor],
+        mCuSeqlensQ: cute.Tensor,
+        mCuSeqlensK: cute.Tensor,
+        mSeqUsedQ: cute.Tensor,
+        mSeqUsedK: cute.Tensor,
+        use_seqused_q: Int32,
+        use_seqused_k: Int32,
+        batch: Int32,
+        max_seqlen_q: Int32,
+        lse_s_max: Int32,
+        softmax_scale: Float32,
+        window_left: Int32,
+        window_right: Int32,
+        bottom_right: Int32,
+        lse_s_b: Int64,
+        lse_s_tok: Int64,
+        lse_s_row: Int64,
+        lse_s_h: Int64,
+        lse_scale: Float32,
+        num_ctas: Int32,
+        mTileCounter: cute.Tensor,
+        mPageTable: Optional[cute.Tensor],
+        mSinks: Optional[cute.Tensor],  # sinks class: (H_q,) fp32 sink logits (natural log); else None
+        softcap: Float32,  # softcap class: the cap (> 0); else ignored
+        stream: cuda.CUstream,
+    ):
+        """The host entry of a class with softcap or sinks (issue 14): `__call__`'s arguments and
+        then mSinks and softcap, before the stream. The other classes keep `__call__`, whose
+        signature (and so compiled object) does not change."""
+        self.host(
+            mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
+            batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
+            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, stream,
+            mSinks, softcap,
+        )  # fmt: skip
+
+    @cute.jit
+    def host(
+        self, mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
+        batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
+        lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, stream,
+        mSinks, softcap,
+    ):  # fmt: skip
+        """The host side of both entries (`__call__`: mSinks and softcap None)."""
         # Sequence first, head last, as TMA wants: (total, d, h).
         mQt = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[0, 2, 1]))
 
@@ -316,7 +380,12 @@ class RaggedForwardSm90(MmaMainloops):
                 tiles_max, packed, num_tiles = tiles_max_p, packed_p, num_tiles_p
         grid_x = Int32(cutlass.min(num_tiles, Int64(cutlass.max(num_ctas, 1))))
         scale_log2 = softmax_scale * Float32(LOG2_E)
-        self.kernel(
+        softcap_mult = None
+        if const_expr(self.softcap):
+            # y = tanh(S * softmax_scale / softcap); the softmax then works on softcap * y.
+            softcap_mult = softmax_scale / softcap
+            scale_log2 = softcap * Float32(LOG2_E)
+        kernel_args = (
             tma_Q,
             tma_K,
             tma_V,
@@ -359,7 +428,12 @@ class RaggedForwardSm90(MmaMainloops):
             tiled_mma_pv,
             gmem_tiled_copy_O,
             SharedStorage,
-        ).launch(
+        )
+        if const_expr(self.softcap or self.sinks):
+            launched = self.kernel_ext(*kernel_args, mSinks, softcap_mult)
+        else:
+            launched = self.kernel(*kernel_args)
+        launched.launch(
             grid=[grid_x, 1, 1],
             block=[self.num_threads, 1, 1],
             stream=stream,
@@ -447,6 +521,72 @@ class RaggedForwardSm90(MmaMainloops):
         gmem_tiled_copy_O: cute.TiledCopy,
         SharedStorage: cutlass.Constexpr,
     ):
+        self.kernel_body(
+            tma_Q, tma_K, tma_V, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, mPageTable, mTileCounter, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_O, tma_O, tma_atom_Qw, tma_Qw, packed, tiles_max, num_tiles, pack_r, use_seqused_q, use_seqused_k, lse_s_max, scale_log2, window_left, window_right, bottom_right, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, sQ_layout, sK_layout, sV_layout, sO_layout, tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, SharedStorage,
+            None, None,
+        )  # fmt: skip
+
+    @cute.kernel
+    def kernel_ext(
+        self,
+        tma_Q: cute.Tensor,  # TMA coordinates over (total_q, d_qk, H_q)
+        tma_K: cute.Tensor,  # TMA coordinates over (total_k, d_qk, H_kv); paged: the K pool
+        tma_V: cute.Tensor,  # TMA coordinates over (total_k, d_v, H_kv); paged: the V pool
+        mO: cute.Tensor,  # (total_q, H_q, d_v)
+        mLSE: Optional[cute.Tensor],
+        mCuSeqlensQ: cute.Tensor,
+        mCuSeqlensK: cute.Tensor,
+        mSeqUsedQ: cute.Tensor,
+        mSeqUsedK: cute.Tensor,
+        mPageTable: Optional[cute.Tensor],
+        mTileCounter: cute.Tensor,  # (1,) int32, 0 at launch and again after it
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,  # paged: the cp.async gather copy (also tma_atom_V)
+        tma_atom_V: cute.CopyAtom,
+        tma_atom_O: Optional[cute.CopyAtom],  # tma_o_store: one warpgroup's 64 O rows per store
+        tma_O: Optional[cute.Tensor],  # tma_o_store: TMA coordinates over (total_q, d_v, H_q)
+        tma_atom_Qw: Optional[cute.CopyAtom],  # pack_gqa: TMA of one warpgroup's 64 Q rows
+        tma_Qw: Optional[cute.Tensor],  # pack_gqa: TMA coordinates over (total_q, d_qk, H_q)
+        packed: Int32,  # 1: tile slots packed by sequence, 0: tiles_max per sequence (tile_scheduler.py)
+        tiles_max: Int32,
+        num_tiles: Int64,  # linear tile indices in all
+        pack_r: Int32,  # query heads per unit: H_q / H_kv with GQA packing, else 1 (tile_scheduler.py)
+        use_seqused_q: Int32,
+        use_seqused_k: Int32,
+        lse_s_max: Int32,
+        scale_log2: Float32,
+        window_left: Int32,
+        window_right: Int32,
+        bottom_right: Int32,
+        lse_s_b: Int64,
+        lse_s_tok: Int64,
+        lse_s_row: Int64,
+        lse_s_h: Int64,
+        lse_scale: Float32,
+        sQ_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        sO_layout: cute.ComposedLayout,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        gmem_tiled_copy_O: cute.TiledCopy,
+        SharedStorage: cutlass.Constexpr,
+        mSinks: Optional[cute.Tensor],
+        softcap_mult: Optional[Float32],
+    ):
+        """`kernel` of a class with softcap or sinks (issue 14): mSinks (H_q,) fp32 or None, softcap_mult
+        (softmax_scale / softcap) or None."""
+        self.kernel_body(
+            tma_Q, tma_K, tma_V, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, mPageTable, mTileCounter, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_O, tma_O, tma_atom_Qw, tma_Qw, packed, tiles_max, num_tiles, pack_r, use_seqused_q, use_seqused_k, lse_s_max, scale_log2, window_left, window_right, bottom_right, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, sQ_layout, sK_layout, sV_layout, sO_layout, tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, SharedStorage,
+            mSinks, softcap_mult,
+        )  # fmt: skip
+
+    @cute.jit
+    def kernel_body(
+        self, tma_Q, tma_K, tma_V, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, mPageTable, mTileCounter, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_O, tma_O, tma_atom_Qw, tma_Qw, packed, tiles_max, num_tiles, pack_r, use_seqused_q, use_seqused_k, lse_s_max, scale_log2, window_left, window_right, bottom_right, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, sQ_layout, sK_layout, sV_layout, sO_layout, tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, SharedStorage,
+        mSinks, softcap_mult,
+    ):  # fmt: skip
+        """The device side of `kernel` and `kernel_ext`."""
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
             cpasync.prefetch_descriptor(tma_atom_Q)
@@ -572,7 +712,7 @@ class RaggedForwardSm90(MmaMainloops):
             self.mma(
                 tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, (tma_atom_O, tma_O), sQ, sK, sVt, sO, mO, mLSE,
                 pipe_q, pipe_k, pipe_v, mask_numbers, handoff,
-                scale_log2, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
+                scale_log2, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, mSinks, softcap_mult,
             )  # fmt: skip
 
     # ------------------------------------------------------------------ the persistent schedule
@@ -1016,6 +1156,8 @@ class RaggedForwardSm90(MmaMainloops):
         lse_s_row: Int64,
         lse_s_h: Int64,
         lse_scale: Float32,
+        mSinks=None,  # sinks class: (H_q,) fp32
+        softcap_mult=None,  # softcap class: softmax_scale / softcap
     ):
         """MMA warpgroups: `mma_tile` for each decoded tile the producer warp hands over, until one
         with go = 0 (tiles without query rows never come: the producer fills their padded LSE)."""
@@ -1057,6 +1199,8 @@ class RaggedForwardSm90(MmaMainloops):
         )  # fmt: skip
 
         run_args = (tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, handoff[3])
+        if const_expr(self.softcap or self.sinks):
+            run_args = run_args + (mSinks, softcap_mult)
         self.reader_walk(handoff, mask_numbers, self.mma_tile, run_args, q_state, kv_state, wg_idx)
         if const_expr(self.o_turns):
             if wg_idx == 0:  # the turn the last epilogue passed on: every arrival meets its wait
@@ -1075,7 +1219,10 @@ class RaggedForwardSm90(MmaMainloops):
         the epilogue. Each warpgroup computes its own item (a row block of one query head,
         tile_scheduler.tile_item; `item`, as handed over, where the class hands it over). Returns
         (q_state, kv_state)."""
-        tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, pack_r = run_args
+        tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, pack_r = run_args[:11]
+        mSinks, softcap_mult = None, None
+        if const_expr(self.softcap or self.sinks):
+            mSinks, softcap_mult = run_args[11:]
         if const_expr(item is None):
             row_block, head_idx = tile_item(unit, tile, wg_idx, pack_r, self.num_mma_warpgroups)
         else:
@@ -1094,6 +1241,8 @@ class RaggedForwardSm90(MmaMainloops):
             tScS, row0, self.tile_n, self.has_left, self.has_right,
             seqlen.len_k, block_info.off, block_info.left, block_info.right,
         )  # fmt: skip
+        if const_expr(self.softcap):
+            mask_args = mask_args + (softcap_mult,)
         q_release = (pipe_q, q_state) if const_expr(self.early_q_release) else None
         kv_state = self.tile_mainloop(
             tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
@@ -1101,7 +1250,10 @@ class RaggedForwardSm90(MmaMainloops):
         )  # fmt: skip
         if const_expr(not self.o_aliases_q and not self.early_q_release):
             pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done
-        row_scale = softmax.finalize()
+        sink_log2 = None
+        if const_expr(self.sinks):
+            sink_log2 = mSinks[head_idx] * Float32(LOG2_E)  # the head's sink logit, log2 domain
+        row_scale = softmax.finalize(sink_log2)
         rescale_rows(acc_O, row_scale)
         store_tile(
             acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,

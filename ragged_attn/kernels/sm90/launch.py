@@ -23,6 +23,20 @@ COMPILED_ARGS = (
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
     "lse_scale", "num_ctas", "tile_counter", "page_table",
 )
+# A class with softcap or sinks (issue 14) takes two more, after page_table: sinks ((H_q,) float32,
+# None for a class without sinks) and softcap (a float, ignored by a class without softcap). The
+# other classes' functions (and compiled objects) are unchanged.
+COMPILED_ARGS_EXT = COMPILED_ARGS + ("sinks", "softcap")
+
+
+def compiled_args(layout_class: LayoutClass) -> tuple:
+    """The argument order of `layout_class`'s compiled function."""
+    return COMPILED_ARGS_EXT if extended(layout_class) else COMPILED_ARGS
+
+
+def extended(layout_class: LayoutClass) -> bool:
+    """Whether the class's compiled function takes the sinks and softcap arguments."""
+    return layout_class.softcap or layout_class.sinks
 
 LN2 = math.log(2.0)
 
@@ -160,6 +174,8 @@ def kernel_for(layout_class: LayoutClass, config=None):
         has_lse=layout_class.lse,
         config=config if config is not None else tile_config(layout_class),
         paged=layout_class.kv == "paged",
+        softcap=layout_class.softcap,
+        sinks=layout_class.sinks,
     )
 
 
@@ -226,15 +242,17 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
     # The arch comes from the class, never from CUTE_DSL_ARCH or the GPU in the machine (the DSL
     # reads that once at import), so a class compiles the same code everywhere.
     options = (f"--enable-tvm-ffi --gpu-arch {layout_class.arch} " + extra_options).strip()
-    return cute.compile(
-        kernel,
+    args = (
         q, k, v, out, lse, cu_q, cu_k, su_q, su_k,
         Int32(0), Int32(0), Int32(1), Int32(1), Int32(0), Float32(1.0),
         Int32(-1), Int32(-1), Int32(1),
         Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2), Int32(1), counter, page_table,
-        stream,
-        options=options,
-    )
+    )  # fmt: skip
+    if extended(layout_class):
+        # (H_q,) float32 sinks: the same extent as q's heads (TVM-FFI checks it).
+        sinks = fake(Float32, (h_q,), (1,), assumed_align=4) if layout_class.sinks else None
+        return cute.compile(kernel.call_ext, *args, sinks, Float32(1.0), stream, options=options)
+    return cute.compile(kernel, *args, stream, options=options)
 
 
 def launch_forward(
@@ -260,6 +278,9 @@ def launch_forward(
     lse_base_is_log2: bool = False,
     page_table=None,
     kv_layout: str = "NHD",
+    extended: bool = False,
+    sinks=None,
+    softcap: float = 0.0,
 ):
     """Launch `compiled` on torch's current stream. The caller has checked everything.
 
@@ -278,6 +299,10 @@ def launch_forward(
     "NHD" (num_pages, page_size, H_kv, D) or "HND" (num_pages, H_kv, page_size, D) per kv_layout,
     and key lengths come from seqused_k, else from cu_seqlens_k differences (cu_seqlens_k may be
     None when seqused_k is given).
+    extended: True for a class with softcap or sinks (issue 14; `compiled_args`): then sinks (a
+    float32 (H_q,) tensor for a sinks class, None otherwise) and softcap (the cap, > 0, for a
+    softcap class) are passed too. With sinks, the no-query / empty-pool fills below write LSE
+    -inf, not the sink (not served yet: backends.check_support declines sinks).
     No queries (total_q == 0) or an empty page pool are served with torch fills on the current
     stream (the whole out/lse buffers), since TMA descriptors cannot describe an empty extent; no
     keys (ragged total_k == 0) runs the kernel with q and out standing in for k and v.
@@ -325,4 +350,5 @@ def launch_forward(
         sm_count(q.device),
         tile_counter(q),
         page_table,
+        *((sinks, float(softcap)) if extended else ()),
     )

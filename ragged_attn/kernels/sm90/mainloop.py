@@ -161,7 +161,13 @@ class MmaMainloops:
     ):
         """Mask (boundary blocks only), online softmax, P -> 16-bit A fragment, O rescale.
         masked=False: the caller knows no element of the block is masked (no mask code at all)."""
-        tScS, row0, tile_n, has_left, has_right, len_k, off, left, right = mask_args
+        tScS, row0, tile_n, has_left, has_right, len_k, off, left, right = mask_args[:9]
+        if const_expr(self.softcap):
+            # Issue 14: S -> tanh(S * softmax_scale / softcap) before the mask (the softmax's
+            # scale is softcap * log2(e) for this class); PTX tanh.approx.f32, one per element.
+            softcap_mult = mask_args[9]
+            for i in cutlass.range(cute.size(acc_S), unroll_full=True):
+                acc_S[i] = cute.math.tanh(acc_S[i] * softcap_mult, approx=True)
         if const_expr(masked):
             if block_info.needs_mask(n_block):
                 apply_mask(acc_S, tScS, row0, n_block, tile_n, has_left, has_right, len_k, off, left, right)

@@ -92,8 +92,12 @@ class OnlineSoftmax:
         return row_scale
 
     @cute.jit
-    def finalize(self) -> cute.Tensor:
-        """Quad-reduce the sums; return the O scale per row and leave log2-domain LSE in row_sum."""
+    def finalize(self, sink_log2=None) -> cute.Tensor:
+        """Quad-reduce the sums; return the O scale per row and leave log2-domain LSE in row_sum.
+        sink_log2 (issue 14): the head's sink logit times log2(e), one more softmax column with
+        no value (see `finalize_sink`)."""
+        if const_expr(sink_log2 is not None):
+            return self.finalize_sink(sink_log2)
         row_scale = cute.make_rmem_tensor(self.num_rows, Float32)
         for r in cutlass.range_constexpr(self.num_rows):
             s = self.row_sum[r]
@@ -103,6 +107,37 @@ class OnlineSoftmax:
             row_scale[r] = Float32(0.0) if empty else cute.arch.rcp_approx(s)
             lse = self.row_max[r] * self.scale_log2 + cute.math.log2(s, fastmath=True)
             self.row_sum[r] = -Float32.inf if empty else lse
+        return row_scale
+
+
+    @cute.jit
+    def finalize_sink(self, sink_log2: Float32) -> cute.Tensor:
+        """`finalize` with a sink: with m2 = m * s (-inf for a row that saw no key) and the sum l
+        relative to exp2(m2), the denominator is l * exp2(m2) + exp2(sink_log2). Relative to
+        M = max(m2, sink_log2): t = l * a + b, a = exp2(m2 - M), b = exp2(sink_log2 - M) (the
+        larger of the two terms is exactly 1, so nothing overflows; equal ones, -inf included, are both 1); O scale a / t, LSE M + log2(t).
+        A row that saw no key gets O = 0 (its O is 0) and LSE = sink_log2; a sink of -inf is no
+        sink; +inf gives O = 0, LSE = +inf; a NaN sum or sink stays NaN."""
+        row_scale = cute.make_rmem_tensor(self.num_rows, Float32)
+        for r in cutlass.range_constexpr(self.num_rows):
+            s = self.row_sum[r]
+            s = s + cute.arch.shuffle_sync_bfly(s, offset=2)
+            s = s + cute.arch.shuffle_sync_bfly(s, offset=1)
+            m = self.row_max[r]
+            m2 = -Float32.inf if m == -Float32.inf else m * self.scale_log2
+            a = Float32(1.0)
+            b = Float32(1.0)
+            big = m2
+            if m2 > sink_log2:
+                b = cute.math.exp2(sink_log2 - m2, fastmath=True)
+            elif m2 < sink_log2:
+                a = cute.math.exp2(m2 - sink_log2, fastmath=True)
+                big = sink_log2
+            elif sink_log2 != sink_log2:  # noqa: PLR0124 (a NaN sink; a NaN m2 makes s NaN already)
+                b = sink_log2
+            t = s * a + b
+            row_scale[r] = a * cute.arch.rcp_approx(t)
+            self.row_sum[r] = big + cute.math.log2(t, fastmath=True)
         return row_scale
 
 
@@ -129,3 +164,23 @@ def softmax_ref(scores, scale):
         out.append([x / s for x in p])
         lse.append(m * scale * math.log2(math.e) + math.log2(s))
     return out, lse
+
+
+def finalize_sink_ref(m, l, sink, scale_log2):
+    """Python mirror of `OnlineSoftmax.finalize_sink` for one row, float64: m the row max (unscaled,
+    -inf when no key was seen), l the row sum relative to exp2(m * scale_log2), sink the natural-log
+    sink logit. Returns (O scale, log2-domain LSE)."""
+    import math
+
+    s2 = sink * math.log2(math.e)
+    m2 = -math.inf if m == -math.inf else m * scale_log2
+    a, b, big = 1.0, 1.0, m2
+    if m2 > s2:
+        b = 2.0 ** (s2 - m2)
+    elif m2 < s2:
+        a = 2.0 ** (m2 - s2)
+        big = s2
+    elif s2 != s2:  # noqa: PLR0124 (NaN)
+        b = s2
+    t = l * a + b
+    return a / t, big + math.log2(t)
