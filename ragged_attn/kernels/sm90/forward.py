@@ -430,7 +430,7 @@ class RaggedForwardSm90(MmaMainloops):
             SharedStorage,
         )
         if const_expr(self.softcap or self.sinks):
-            launched = self.kernel_ext(*kernel_args, mSinks, softcap_mult)
+            launched = self.kernel(*kernel_args, mSinks, softcap_mult)
         else:
             launched = self.kernel(*kernel_args)
         launched.launch(
@@ -520,73 +520,11 @@ class RaggedForwardSm90(MmaMainloops):
         tiled_mma_pv: cute.TiledMma,
         gmem_tiled_copy_O: cute.TiledCopy,
         SharedStorage: cutlass.Constexpr,
+        mSinks: Optional[cute.Tensor] = None,  # sinks class: (H_q,) fp32 sink logits; else None
+        softcap_mult: Optional[Float32] = None,  # softcap class: softmax_scale / softcap; else None
     ):
-        self.kernel_body(
-            tma_Q, tma_K, tma_V, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, mPageTable, mTileCounter, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_O, tma_O, tma_atom_Qw, tma_Qw, packed, tiles_max, num_tiles, pack_r, use_seqused_q, use_seqused_k, lse_s_max, scale_log2, window_left, window_right, bottom_right, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, sQ_layout, sK_layout, sV_layout, sO_layout, tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, SharedStorage,
-            None, None,
-        )  # fmt: skip
-
-    @cute.kernel
-    def kernel_ext(
-        self,
-        tma_Q: cute.Tensor,  # TMA coordinates over (total_q, d_qk, H_q)
-        tma_K: cute.Tensor,  # TMA coordinates over (total_k, d_qk, H_kv); paged: the K pool
-        tma_V: cute.Tensor,  # TMA coordinates over (total_k, d_v, H_kv); paged: the V pool
-        mO: cute.Tensor,  # (total_q, H_q, d_v)
-        mLSE: Optional[cute.Tensor],
-        mCuSeqlensQ: cute.Tensor,
-        mCuSeqlensK: cute.Tensor,
-        mSeqUsedQ: cute.Tensor,
-        mSeqUsedK: cute.Tensor,
-        mPageTable: Optional[cute.Tensor],
-        mTileCounter: cute.Tensor,  # (1,) int32, 0 at launch and again after it
-        tma_atom_Q: cute.CopyAtom,
-        tma_atom_K: cute.CopyAtom,  # paged: the cp.async gather copy (also tma_atom_V)
-        tma_atom_V: cute.CopyAtom,
-        tma_atom_O: Optional[cute.CopyAtom],  # tma_o_store: one warpgroup's 64 O rows per store
-        tma_O: Optional[cute.Tensor],  # tma_o_store: TMA coordinates over (total_q, d_v, H_q)
-        tma_atom_Qw: Optional[cute.CopyAtom],  # pack_gqa: TMA of one warpgroup's 64 Q rows
-        tma_Qw: Optional[cute.Tensor],  # pack_gqa: TMA coordinates over (total_q, d_qk, H_q)
-        packed: Int32,  # 1: tile slots packed by sequence, 0: tiles_max per sequence (tile_scheduler.py)
-        tiles_max: Int32,
-        num_tiles: Int64,  # linear tile indices in all
-        pack_r: Int32,  # query heads per unit: H_q / H_kv with GQA packing, else 1 (tile_scheduler.py)
-        use_seqused_q: Int32,
-        use_seqused_k: Int32,
-        lse_s_max: Int32,
-        scale_log2: Float32,
-        window_left: Int32,
-        window_right: Int32,
-        bottom_right: Int32,
-        lse_s_b: Int64,
-        lse_s_tok: Int64,
-        lse_s_row: Int64,
-        lse_s_h: Int64,
-        lse_scale: Float32,
-        sQ_layout: cute.ComposedLayout,
-        sK_layout: cute.ComposedLayout,
-        sV_layout: cute.ComposedLayout,
-        sO_layout: cute.ComposedLayout,
-        tiled_mma_qk: cute.TiledMma,
-        tiled_mma_pv: cute.TiledMma,
-        gmem_tiled_copy_O: cute.TiledCopy,
-        SharedStorage: cutlass.Constexpr,
-        mSinks: Optional[cute.Tensor],
-        softcap_mult: Optional[Float32],
-    ):
-        """`kernel` of a class with softcap or sinks (issue 14): mSinks (H_q,) fp32 or None, softcap_mult
-        (softmax_scale / softcap) or None."""
-        self.kernel_body(
-            tma_Q, tma_K, tma_V, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, mPageTable, mTileCounter, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_O, tma_O, tma_atom_Qw, tma_Qw, packed, tiles_max, num_tiles, pack_r, use_seqused_q, use_seqused_k, lse_s_max, scale_log2, window_left, window_right, bottom_right, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, sQ_layout, sK_layout, sV_layout, sO_layout, tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, SharedStorage,
-            mSinks, softcap_mult,
-        )  # fmt: skip
-
-    @cute.jit
-    def kernel_body(
-        self, tma_Q, tma_K, tma_V, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, mPageTable, mTileCounter, tma_atom_Q, tma_atom_K, tma_atom_V, tma_atom_O, tma_O, tma_atom_Qw, tma_Qw, packed, tiles_max, num_tiles, pack_r, use_seqused_q, use_seqused_k, lse_s_max, scale_log2, window_left, window_right, bottom_right, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, sQ_layout, sK_layout, sV_layout, sO_layout, tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, SharedStorage,
-        mSinks, softcap_mult,
-    ):  # fmt: skip
-        """The device side of `kernel` and `kernel_ext`."""
+        """The device side of every class. A class without softcap or sinks launches it without the
+        last two arguments (left at None: its compiled objects stay as before issue 14)."""
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
             cpasync.prefetch_descriptor(tma_atom_Q)
