@@ -2,7 +2,8 @@
 FlashAttention-3 (`fa3-fwd`), FA4 and torch SDPA on cuDNN over a padded batch (uniform rows; K/V
 heads expanded, and native GQA with enable_gqa as `python -m ragged_attn bench` runs it).
 
-Useful TFLOP/s on GPU time alone (ragged_attn.bench.timing.gpu_ms: L2 flushed, sleep head start),
+Useful TFLOP/s on GPU time alone (ragged_attn.bench.timing.gpu_ms_interleaved: L2 flushed, sleep head
+start, the implementations interleaved round by round; BENCH_REPS rounds, default 30),
 2 * H_q * (d_qk + d_v) * allowed (query, key) pairs; bf16, LSE on (FA3 and FA4 always produce it).
 Kernels: RAGGED_ATTN_SM90_PREBUILT/<class>.o (tools/prebuild_sm90.py) or compiled here; the
 variants named in RAGGED_ATTN_VARIANTS (comma-separated) from RAGGED_ATTN_SM90_PREBUILT/<variant>/<class>.o
@@ -20,7 +21,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from ragged_attn.bench.timing import gpu_ms  # noqa: E402
+from ragged_attn.bench.timing import gpu_ms_interleaved  # noqa: E402
 from ragged_attn.kernels.sm90 import launch_forward  # noqa: E402
 from ragged_attn.layout_class import LayoutClass  # noqa: E402
 
@@ -54,11 +55,13 @@ ROWS = (
     ("4x512 h32/8 d128 causal", [512] * 4, 32, 8, 128, True),
     ("64x128 h32/8 d128 causal", [128] * 64, 32, 8, 128, True),
     ("1x16384 h32/8 d128 causal", [16384], 32, 8, 128, True),
+    ("1x16384 h28/4 d128 causal", [16384], 28, 4, 128, True),  # the serving suite's qwen2.5-7b
     # The serving suite's DeepSeek rows (d_qk 192, d_v 128, 128/128 heads): "d192/128".
     ("64x128 h128/128 d192/128 causal", [128] * 64, 128, 128, (192, 128), True),
     ("16x256 h128/128 d192/128 causal", [256] * 16, 128, 128, (192, 128), True),
     ("4x512 h128/128 d192/128 causal", [512] * 4, 128, 128, (192, 128), True),
     ("mixed14 h128/128 d192/128 causal", issue10_lengths(), 128, 128, (192, 128), True),
+    ("1x16384 h128/128 d192/128 causal", [16384], 128, 128, (192, 128), True),
 )
 
 
@@ -156,6 +159,7 @@ def make_impls(lens, hq, hkv, d, causal, dev):
 
 def main():
     picks = sys.argv[1:]
+    reps = int(os.environ.get("BENCH_REPS", "30"))
     dev = torch.device("cuda")
     print(torch.cuda.get_device_name(), flush=True)
     table = []
@@ -163,8 +167,8 @@ def main():
         if picks and not any(p in name for p in picks):
             continue
         impls, flops, total, dv, bufs = make_impls(lens, hq, hkv, d, causal, dev)
-        ref = None
-        for label, call in impls.items():
+        ref, good, diffs = None, {}, {}
+        for label, call in impls.items():  # each output checked (against the first) before timing
             try:
                 o = call()
                 torch.cuda.synchronize()
@@ -172,13 +176,18 @@ def main():
                     o = o.transpose(1, 2).reshape(total, hq, dv)
                 if ref is None:
                     ref = o.float().clone()
-                diff = (o.float() - ref).abs().max().item()
-                g = gpu_ms(call, dev, head_start_us=300, reps=30)
-                table.append((name, label, g, flops / (g * 1e-3) / 1e12, diff))
+                diffs[label] = (o.float() - ref).abs().max().item()
+                good[label] = call
             except Exception as e:  # report and go on
                 table.append((name, f"{label} FAILED {type(e).__name__}: {e}"[:150], float("nan"), 0.0, float("nan")))
+                print(table[-1], flush=True)
+        # Interleaved (timing.gpu_ms_interleaved): every implementation in every round, so clock
+        # drift under load falls on all alike.
+        times = gpu_ms_interleaved(good, dev, head_start_us=300, reps=reps)
+        for label, g in times.items():
+            table.append((name, label, g, flops / (g * 1e-3) / 1e12, diffs[label]))
             print(table[-1], flush=True)
-        del bufs, impls
+        del bufs, impls, good
         torch.cuda.empty_cache()
     print("| workload | impl | ms GPU | TFLOP/s | max diff vs first |")
     print("|---|---|---|---|---|")

@@ -36,7 +36,7 @@ def main():
     for name, lens, hq, hkv, d, causal in ROWS:
         if row not in name:
             continue
-        impls, _, _, bufs = make_impls(lens, hq, hkv, d, causal, dev)
+        impls, *_, bufs = make_impls(lens, hq, hkv, d, causal, dev)
         profile_calls(name, {label: call for label, call in impls.items() if not wanted or label in wanted})
         del bufs, impls
 

@@ -90,7 +90,8 @@ _GPU_METHOD = ("Useful TFLOP/s = 2 * H_q * (d_qk + d_v) * (exact allowed (query,
                "(`triton.testing.do_bench`, median, inputs rotated over >= 256 MiB so the L2 holds none). "
                "In parentheses where measured: GPU-only TFLOP/s, each timed call preceded by a "
                "`torch.cuda._sleep` head start so that host launch time stays out (do_bench's median includes "
-               "it whenever the host needs longer per call than the GPU; see host us).")
+               "it whenever the host needs longer per call than the GPU; see host us), after an L2 flush, the "
+               "systems of a workload interleaved round by round (30 rounds) so that clock drift falls on all alike.")
 _CPU_METHOD = ("On the CPU (no GPU): useful TFLOP/s = 2 * H_q * (d_qk + d_v) * (exact allowed (query, key) "
                "pairs) / median time, the time being the host wall clock (`time.perf_counter`) median of 5 "
                "calls after one warm-up call, one input set; host us per call is the same clock's median over "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -91,6 +91,36 @@ def gpu_ms(fn: Callable[[], object], device: torch.device, head_start_us: float,
         ends[i].record()
     torch.cuda.synchronize(device)
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def gpu_ms_interleaved(
+    fns: Mapping[str, Callable[[], object]], device: torch.device, head_start_us: float, reps: int = 30
+) -> dict[str, float] | None:
+    """`gpu_ms` for several implementations at once, interleaved: each of the `reps` rounds calls
+    every implementation once (each after its own L2 flush and sleep head start), starting one
+    further along the list each round. So clock and power drift during a run (the H200 settles
+    from ~1.98 to ~1.6 GHz under long tensor-core loads) falls on all of them alike, and no
+    implementation always follows the same one. Returns {name: median milliseconds}; None on CPU."""
+    if device.type != "cuda":
+        return None
+    names = list(fns)
+    flush = torch.empty(L2_ROTATE_BYTES, dtype=torch.uint8, device=device)
+    cycles = int(head_start_us * SLEEP_CYCLES_PER_US)
+    for name in names:
+        fns[name]()
+    events = {name: [] for name in names}
+    for r in range(reps):
+        for j in range(len(names)):
+            name = names[(r + j) % len(names)]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            flush.zero_()
+            torch.cuda._sleep(cycles)
+            start.record()
+            fns[name]()
+            end.record()
+            events[name].append((start, end))
+    torch.cuda.synchronize(device)
+    return {name: statistics.median(s.elapsed_time(e) for s, e in pairs) for name, pairs in events.items()}
 
 
 def device_ms(fn: Callable[[], object], device: torch.device) -> tuple[float, str]:
