@@ -62,12 +62,12 @@ class TileConfig:
     # not fit (d192: Q 48 + K 2 x 48 + V 2 x 32 + O 16 KiB).
     o_turns: bool = False
     # L2 groups of long sequences (tile_scheduler.l2_group) counted in K/V heads, FA3's count; off:
-    # in query heads, as if each read K/V of its own (fewer heads per group under GQA). Not measured
-    # yet as its own variant (64 MiB groups, session 6: 1 x 16384 d128 +1.4%, d192 mixed14 -3%).
+    # in query heads, as if each read K/V of its own (fewer heads per group under GQA). Measured
+    # (session 7): within noise; kept off for measurement only.
     l2_kv_head_groups: bool = False
     # The producer issues a tile's Q load before its first K block (ragged); off: after it, so the
-    # K stage the MMA warpgroups wait for first is not queued behind Q. Not measured yet (session 5's
-    # ncu: the MMA warps wait for Q in 9% of samples on 64 x 128 d64).
+    # K stage the MMA warpgroups wait for first is not queued behind Q. Measured (session 7): within
+    # noise at d64 / d128, mixed at d192 (the docstring below); kept off for measurement only.
     q_first: bool = False
 
     def __post_init__(self) -> None:
@@ -215,6 +215,24 @@ def tile_config(layout_class) -> TileConfig:
       more block steps); the short rows are bound elsewhere.
     - L2 groups of 64 MiB (tile_scheduler.L2_KV_BYTES) against 32: 1 x 16384 d128 676.7 -> 686.1
       [686.4], d192 mixed14 486.5 -> 471.8: not taken.
+    Measured on an H200, 2026-12-03 (session 7), implementations interleaved round by round in one
+    process (timing.gpu_ms_interleaved), this tree's kernel against variants, FA3 in brackets
+    (docs/benchmarks/2026-12-03-h200-issue10-session7):
+    - Softmax row max and row sum as balanced trees (depth 5 instead of 32 dependent FMNMX /
+      FADD), and O rescaled only when a row of the warp changed its max (a warp vote around the
+      64 FMULs): 1 x 16384 d128 694.6 -> 682.7 (trees) -> 644.6 (both) [697.7], 28/4 heads 707.2
+      -> 694.1 -> 653.9 [706.1], DeepSeek 1 x 16384 699.8 -> 683.9 -> 662.8; short rows within
+      +-1%. Not taken: ptxas schedules the chains' latency under other work already (ncu had shown
+      FMNMX and MUFU "wait" stalls), and the branch costs more than the FMULs it skips.
+    - q_first: d128 1 x 16384 694.6 -> 699.3, 28/4 707.2 -> 707.7, mixed14 / 16 x 256 / 4 x 512 /
+      64 x 128 within +-0.7%; d64 within +-1.3%; d192 16 x 256 231.6 -> 225.2, mixed14 503.6 ->
+      519.4, 1 x 16384 699.8 -> 674.3. Not taken (no row gains beyond noise everywhere).
+    - d192 with ping-pong turns (pingpong=True) | with q_first too: 64 x 128 136.2 -> 136.3 |
+      136.4, 16 x 256 231.6 -> 233.0 | 227.8, 4 x 512 329.6 -> 335.6 | 337.0, mixed14 503.6 ->
+      518.2 | 525.4 [502.0], but 1 x 16384 699.8 -> 670.5 | 650.6 [665.1; FA4 683.5]. Not taken:
+      the long row loses more than the mixed one gains.
+    - l2_kv_head_groups (earlier the same day, sequential timing): within noise on d128 / d64
+      (GQA 4) rows; identical behaviour at d192 (128/128 heads). Not taken.
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
