@@ -66,8 +66,9 @@ class TileConfig:
     # (session 7): within noise; kept off for measurement only.
     l2_kv_head_groups: bool = False
     # The producer issues a tile's Q load before its first K block (ragged); off: after it, so the
-    # K stage the MMA warpgroups wait for first is not queued behind Q. Measured (session 7): within
-    # noise at d64 / d128, mixed at d192 (the docstring below); kept off for measurement only.
+    # K stage the MMA warpgroups wait for first is not queued behind Q. On for d128 (two K/V stages:
+    # off, a tile's Q waits behind its first K stage's acquire); within noise at d64, mixed at d192
+    # (measured in session 7, the docstring below).
     q_first: bool = False
 
     def __post_init__(self) -> None:
@@ -224,9 +225,13 @@ def tile_config(layout_class) -> TileConfig:
       -> 694.1 -> 653.9 [706.1], DeepSeek 1 x 16384 699.8 -> 683.9 -> 662.8; short rows within
       +-1%. Not taken: ptxas schedules the chains' latency under other work already (ncu had shown
       FMNMX and MUFU "wait" stalls), and the branch costs more than the FMULs it skips.
-    - q_first: d128 1 x 16384 694.6 -> 699.3, 28/4 707.2 -> 707.7, mixed14 / 16 x 256 / 4 x 512 /
-      64 x 128 within +-0.7%; d64 within +-1.3%; d192 16 x 256 231.6 -> 225.2, mixed14 503.6 ->
-      519.4, 1 x 16384 699.8 -> 674.3. Not taken (no row gains beyond noise everywhere).
+    - q_first, two interleaved runs (the second's base built before the softmax variants), d128:
+      2 x 8192 (64/8) 670.5 -> 677.0 | 669.7 -> 677.3, mixed14 543.7 -> 555.2 | 538.2 -> 549.1,
+      16 x 256 222.7 -> 223.3 | 222.9 -> 224.1, 4 x 512 274.7 -> 279.7 | 277.0 -> 280.6, 64 x 128
+      158.4 -> 159.1 | 159.5 -> 158.3, 1 x 16384 694.6 -> 699.3 | 684.3 -> 687.5, 28/4 heads 707.2
+      -> 707.7: taken for d128 (its two K/V stages: without it a tile's Q waits behind the acquire
+      of its first K stage). d64 within +-1.3%; d192 16 x 256 231.6 -> 225.2, mixed14 503.6 ->
+      519.4, 1 x 16384 699.8 -> 674.3: not taken there.
     - d192 with ping-pong turns (pingpong=True) | with q_first too: 64 x 128 136.2 -> 136.3 |
       136.4, 16 x 256 231.6 -> 233.0 | 227.8, 4 x 512 329.6 -> 335.6 | 337.0, mixed14 503.6 ->
       518.2 | 525.4 [502.0], but 1 x 16384 699.8 -> 670.5 | 650.6 [665.1; FA4 683.5]. Not taken:
@@ -252,7 +257,8 @@ def _tiles(layout_class) -> TileConfig:
     if d_qk <= 96:
         return TileConfig(128, 128, 3, pingpong=False, overlap=True)
     if d_qk <= 128:
-        return TileConfig(128, 128, 2, pingpong=True, overlap=True)
+        # q_first: measured twice (session 7), +0.3..+2.1% on every d128 row but 64 x 128 (+-0.8%).
+        return TileConfig(128, 128, 2, pingpong=True, overlap=True, q_first=True)
     if d_qk <= 192:
         return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True)
     return TileConfig(128, 80, 2, pingpong=False, overlap=True)
