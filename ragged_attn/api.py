@@ -89,10 +89,13 @@ def attention(
             LSE = sinks[h]. FA4's `learnable_sink`, FlashInfer's attention-sink wrapper, gpt-oss's
             `sinks` (transformers' `s_aux`). Values are not checked (that would read device memory):
             -inf is no sink for that head, +inf takes all the mass (O = 0, LSE = +inf), NaN makes
-            the head's rows NaN. Reference backend only for now.
+            the head's rows NaN. Any stride on the reference; the kernel serves ragged K/V and a
+            stride-1 tensor (a `-sinks` layout class; the values are run time).
         softcap: 0.0 (off) or a float in [2**-126, float32 max]: the scores s = softmax_scale * q.k
             become softcap * tanh(s / softcap) before the causal / window mask (Gemma 2's
-            attn_logit_softcapping, FlashAttention's `softcap`). Reference backend only for now.
+            attn_logit_softcapping, FlashAttention's `softcap`). The kernel serves it with ragged
+            K/V (a `-softcap` layout class; the cap is run time; tanh there is the hardware's
+            tanh.approx.f32, about 2**-11 relative error, so a cap c moves a score by up to ~c * 5e-4).
         out, lse: optional destinations (shapes above). out's dtype is q's on every backend (the
             kernels write the input dtype; the reference computes in float32 and rounds to q's
             dtype), so another dtype is a TypeError; lse is float32.
@@ -118,8 +121,9 @@ def attention(
         TypeError / ValueError: a bad argument (named in the message), among them an out / lse
             overlapping any input (q, k, v, cu_seqlens_q/k, seqused_q/k, page_table; the message
             names both), or an input that requires grad with grad mode enabled; nothing is written.
-        NotImplementedError: the kernel does not serve this valid problem (the message says why:
-            among them `sinks` and `softcap`, not in the GPU kernel yet); backend="reference" does.
+        NotImplementedError: the kernel does not serve this valid problem (the message says why,
+            naming the argument: among them `sinks` or `softcap` with page pools, and `sinks` of a
+            stride other than 1); backend="reference" does.
     """
     if is_compiling():  # torch.compile / export: one custom op in the graph (ragged_attn/torch_op.py)
         return torch_op.attention_op(
@@ -173,6 +177,10 @@ _FAST_PATHS: dict = {}
 
 
 def _bind(layout_class: LayoutClass, problem: Problem, default_scale: bool):
+    """The class's BoundKernel (fast path), or None for a -sinks class: each call's sinks tensor
+    would need checks of its own there, so such calls take the checked path."""
+    if layout_class.sinks:
+        return None
     from . import compile_cache
     from .fast_launch import BoundKernel
     from .kernels import sm90
@@ -206,15 +214,16 @@ def layout_class_of(
     Raises:
         TypeError / ValueError: a bad argument, as `attention` would.
         NotImplementedError: no kernel class serves this problem, or the kernel declines it
-            (sinks or softcap, more than 65535 sequences or query heads, a padded LSE of more than
-            65535 * 128 rows, 2**29 tokens or more): the message says why.
+            (sinks or softcap with page pools, sinks of a stride other than 1, more than 65535
+            sequences or query heads, a padded LSE of more than 65535 * 128 rows, 2**29 tokens or
+            more): the message says why. sinks / softcap on ragged K/V give a class with the
+            `sinks` / `softcap` flag (name suffixes -softcap, -sinks).
     """
     for name in ("out", "lse", "backend"):
         options.pop(name, None)
     problem, _ = build_problem(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options, for_class_only=True
     )
-    backends.check_score_options(problem)
     if arch is None:
         arch = backends.arch_of(problem.device)
     layout_class = backends.layout_class_for(problem, arch)
@@ -230,8 +239,11 @@ class Plan:
     runs as long as the layout class stays the same. On the reference backend (layout_class None)
     the plan is bound to the same fields (dtypes, head-dim class, mask family, LSE on/off, KV kind)
     and the device type, plus sinks on/off, named by `reference_class`, and refuses another one
-    alike. A plan with sinks or a softcap is a reference plan (the kernel refuses them at plan
-    time); each run of a sinks plan passes its own `sinks` tensor.
+    alike. On the kernel, softcap and sinks are layout-class flags: a plan with a softcap runs the
+    `-softcap` class (the cap fixed at plan time) through the fast path; a plan with sinks runs the
+    `-sinks` class, each run passing its own `sinks` tensor through the checked path (no fast path:
+    a few tens of microseconds of host time more). On either backend a run must pass sinks exactly
+    when its plan had them.
     """
 
     def __init__(self, problem: Problem, backend: str, layout_class: LayoutClass | None, options: dict, bound=None):
@@ -275,8 +287,8 @@ class Plan:
         named ValueError/TypeError (or serve the call); nothing is written before. softmax_scale
         left to its default is 1/sqrt(d_qk) of each call's q. A call whose tensors need another
         layout class is a ValueError. sinks: as `attention` (float32 (H_q,)); a plan made with
-        sinks needs them on every run and a plan made without refuses them (ValueError on the
-        reference backend; on the kernel, NotImplementedError: it does not serve sinks yet).
+        sinks needs them on every run and a plan made without refuses them (ValueError: another
+        class, on both backends); a run with sinks takes the checked path.
 
         Returns:
             out, or (out, lse) when the plan returns the LSE.
@@ -288,7 +300,7 @@ class Plan:
         """
         if torch.is_grad_enabled():  # forward only, as `attention`
             chk.forward_only(q, k, v, sinks)
-        if self._bound is not None and sinks is None:  # a kernel plan never has sinks (check_support)
+        if self._bound is not None and sinks is None:  # sinks: the checked path (a -sinks plan binds none)
             result = self._bound.try_launch(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, lse,
                 max_seqlen_k,
@@ -351,10 +363,11 @@ def plan(
 
     Same arguments as `attention`; out/lse are not bound, and seqused_q / seqused_k /
     page_table / sinks only describe the planned call (a page_table makes it a paged plan, sinks
-    a sinks plan): each `run(...)` passes its own. softcap is fixed at plan time. sinks or a
-    softcap on the kernel backend ("cute", or "auto" on CUDA) is a NotImplementedError here, at
-    plan time. Returns a `Plan` whose `run(...)` takes tensors of the same layout
-    with any shapes/lengths. Raises as `attention` does.
+    a sinks plan): each `run(...)` passes its own. softcap is fixed at plan time. On the kernel
+    backend ("cute", or "auto" on CUDA) sinks / softcap choose the `-sinks` / `-softcap` class
+    (compiled now); with page pools they are a NotImplementedError here, at plan time. Returns a
+    `Plan` whose `run(...)` takes tensors of the same layout with any shapes/lengths. Raises as
+    `attention` does.
     """
     chk.choice("backend", backend, backends.BACKENDS)
     for name in ("out", "lse"):

@@ -65,7 +65,12 @@ def arch_of(device: torch.device) -> str:
 
 
 def layout_class_for(problem: Problem, arch: str = "sm_90a") -> LayoutClass:
-    """The layout class of a checked problem, or NotImplementedError naming why none serves it."""
+    """The layout class of a checked problem, or NotImplementedError naming why none serves it.
+
+    A problem with sinks or a softcap gets a class with the `sinks` / `softcap` flag (issue 14:
+    the kernel's code differs there; the sink values and the cap stay run-time arguments);
+    `check_score_options` declines the combinations those classes do not serve.
+    """
     if arch != "sm_90a":
         raise NotImplementedError(f"arch: kernels exist for sm_90a (Hopper), got {arch}; {_USE_REFERENCE}")
     if problem.dtype not in _DTYPE_NAMES:
@@ -83,6 +88,7 @@ def layout_class_for(problem: Problem, arch: str = "sm_90a") -> LayoutClass:
             f"head dims: kernels serve (d_qk, d_v) in {list(HEAD_DIM_CLASSES)}, got {(problem.d_qk, problem.d_v)}; "
             f"{_USE_REFERENCE}"
         )
+    check_score_options(problem)
     return LayoutClass(
         arch=arch,
         d_qk=dims[0],
@@ -92,24 +98,33 @@ def layout_class_for(problem: Problem, arch: str = "sm_90a") -> LayoutClass:
         mask=problem.mask_family,
         lse=problem.return_lse,
         kv=problem.kv,
+        softcap=problem.softcap != 0.0,
+        sinks=problem.has_sinks,
     )
 
 
 def check_score_options(problem: Problem) -> None:
-    """Issue 14's score options the kernels do not compute yet: NotImplementedError naming them.
+    """Issue 14's score options where the kernel does not serve them: NotImplementedError naming them.
 
-    Attention sinks and the logit softcap are served by the reference backend only; they are not
-    part of the layout class (the compile key), so a kernel must never see a problem that has them.
+    The kernel's `-softcap` / `-sinks` classes take ragged K/V only (the paged classes have no
+    softcap or sinks code), and read sinks as a contiguous (H_q,) float32 vector (stride 1; any
+    stride is valid input, the reference serves it). Everything else with sinks or a softcap runs
+    on the kernel.
     """
-    if problem.has_sinks:
+    if problem.kv == "paged":
+        for name, on, what in (
+            ("sinks", problem.has_sinks, "attention sinks"),
+            ("softcap", problem.softcap != 0.0, f"the logit softcap (softcap = {problem.softcap!r})"),
+        ):
+            if on:
+                raise NotImplementedError(
+                    f"{name}: the GPU kernel serves {what} with ragged K/V only (k, v (total_k, H_kv, D) with "
+                    f"cu_seqlens_k), got page pools (a page_table was passed); {_USE_REFERENCE}"
+                )
+    if problem.has_sinks and problem.sinks_stride != 1:
         raise NotImplementedError(
-            "sinks: attention sinks are not served by the GPU kernel yet (issue 14); "
-            f"{_USE_REFERENCE} (it computes them exactly)"
-        )
-    if problem.softcap:
-        raise NotImplementedError(
-            f"softcap: logit soft-capping is not served by the GPU kernel yet (issue 14), got softcap = "
-            f"{problem.softcap!r}; {_USE_REFERENCE} (it computes it exactly)"
+            f"sinks: the GPU kernel reads a contiguous (H_q,) float32 tensor (stride 1), got stride "
+            f"{problem.sinks_stride}; pass sinks.contiguous(), or {_USE_REFERENCE}"
         )
 
 
@@ -119,16 +134,15 @@ def check_support(problem: Problem) -> LayoutClass:
     Returns:
         The LayoutClass that will run it.
     Raises:
-        NotImplementedError: with the reason (CPU tensors, sinks or softcap (reference only for
-            now), GPU arch, dtype, head dims, kernel limits; neither a prebuilt kernel for the
-            class nor the DSL installed: the message names the class and both remedies), pointing
-            to backend="reference".
+        NotImplementedError: with the reason (CPU tensors, GPU arch, dtype, head dims, sinks or
+            softcap with page pools or a sinks tensor of stride != 1 (`check_score_options`),
+            kernel limits; neither a prebuilt kernel for the class nor the DSL installed: the
+            message names the class and both remedies), pointing to backend="reference".
     """
     if problem.device.type != "cuda":
         raise NotImplementedError(
             f"q: backend='cute' runs on CUDA tensors, got tensors on {problem.device}; {_USE_REFERENCE}"
         )
-    check_score_options(problem)
     layout_class = layout_class_for(problem, arch_of(problem.device))
     reason = cute_import_error()
     if reason is not None:  # no JIT path: a prebuilt kernel (ragged_attn/prebuilt.py) may serve
@@ -192,6 +206,8 @@ def launch_cute(layout_class: LayoutClass, problem: Problem, t: Tensors) -> tupl
     if problem.return_lse and lse is None:
         lse = torch.empty(problem.lse_shape(), dtype=torch.float32, device=problem.device)
     if problem.total_q == 0 or problem.batch == 0:
+        # No row of any sequence: every LSE entry is a padded row or a row outside every
+        # sequence, -inf with sinks too (docs/SUPPORT_MATRIX.md, sinks).
         if lse is not None:
             lse.fill_(-math.inf)
         return out, lse
@@ -212,7 +228,12 @@ def lse_strides(problem: Problem, lse: torch.Tensor | None) -> tuple[int, int, i
 
 
 def kernel_arguments(problem: Problem, t: Tensors, out: torch.Tensor, lse: torch.Tensor | None) -> dict:
-    """The keyword arguments of `kernels.sm90.launch_forward` for a checked problem."""
+    """The keyword arguments of `kernels.sm90.launch_forward` for a checked problem.
+
+    A problem with sinks or a softcap (a `-sinks` / `-softcap` class: `layout_class_for`) passes
+    extended=True, its sinks tensor (None without) and its cap (0.0 without), the two trailing
+    arguments of such a class's compiled function (`kernels.sm90.compiled_args`).
+    """
     left, right = problem.window
     max_q = problem.max_seqlen_q if problem.max_seqlen_q is not None else problem.total_q
     return dict(
@@ -236,4 +257,15 @@ def kernel_arguments(problem: Problem, t: Tensors, out: torch.Tensor, lse: torch
         lse_base_is_log2=problem.lse_base == "log2",
         page_table=t.page_table,
         kv_layout=problem.kv_layout,
+        extended=problem.has_sinks or problem.softcap != 0.0,
+        sinks=_unit_stride(t.sinks),
+        softcap=problem.softcap,
     )
+
+
+def _unit_stride(sinks: torch.Tensor | None) -> torch.Tensor | None:
+    """sinks as the kernel's stride-1 vector: a one-head tensor of another stride is viewed with
+    stride 1 (the same element); longer ones have stride 1 already (`check_score_options`)."""
+    if sinks is not None and sinks.shape[0] == 1 and sinks.stride(0) != 1:
+        return sinks.as_strided((1,), (1,))
+    return sinks

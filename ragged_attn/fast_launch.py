@@ -16,6 +16,10 @@ Rules (DESIGN.md contract 4):
 - It reads no device memory and allocates only out / lse.
 The argument order of the compiled kernel is asserted against `kernels.sm90.COMPILED_ARGS` at bind
 time, so a kernel change cannot silently shift arguments.
+Issue 14: a `-softcap` class is bound with its plan's cap appended to every call (a wrapper made at
+bind time, so the plain classes' calls are unchanged); a `-sinks` class has no fast path (each
+call's sinks tensor would need its own checks): `api._bind` binds none, and those calls take the
+checked path.
 """
 
 from __future__ import annotations
@@ -35,9 +39,21 @@ _ARG_ORDER = (
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
     "lse_scale", "num_ctas", "tile_counter", "page_table",
 )  # fmt: skip
+# A -softcap / -sinks class's function takes these after page_table (kernels/sm90/launch.py).
+_EXT_ARGS = ("sinks", "softcap")
 _INT32 = torch.int32
 _F32 = torch.float32
 _LN2 = math.log(2.0)
+
+
+def _with_softcap(compiled, softcap: float):
+    """`compiled` of a -softcap class (no sinks) as a function of the plain classes' arguments:
+    sinks None and the plan's cap follow them."""
+
+    def call(*args):
+        return compiled(*args, None, softcap)
+
+    return call
 
 
 class BoundKernel:
@@ -58,11 +74,15 @@ class BoundKernel:
         """default_scale: the call left softmax_scale to its default, 1 / sqrt(d_qk) of each call's q."""
         from .kernels import sm90
 
-        if tuple(sm90.COMPILED_ARGS) != _ARG_ORDER:
+        if tuple(sm90.COMPILED_ARGS) != _ARG_ORDER or tuple(sm90.COMPILED_ARGS_EXT) != _ARG_ORDER + _EXT_ARGS:
             raise RuntimeError(
                 "ragged_attn.fast_launch: the sm90 kernel's argument order changed "
-                f"({sm90.COMPILED_ARGS}); update _ARG_ORDER and try_launch together"
+                f"({sm90.COMPILED_ARGS_EXT}); update _ARG_ORDER and try_launch together"
             )
+        if problem.has_sinks:
+            raise ValueError("BoundKernel: a sinks class has no fast path (each call passes its own sinks)")
+        if problem.softcap:
+            compiled = _with_softcap(compiled, problem.softcap)
         self._compiled = compiled
         device = problem.device  # compared with Tensor.get_device(): -1 for the CPU
         if device.type == "cuda":

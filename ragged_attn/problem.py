@@ -87,9 +87,10 @@ class Problem:
     lse_layout: str
     lse_base: str
     lse_s_max: int  # padded LSE rows per sequence; 0 for the other layouts
-    # Issue 14: the score transforms (reference backend only so far; not in the layout class).
+    # Issue 14: the score transforms (the kernel's -sinks / -softcap classes, ragged K/V only).
     has_sinks: bool = False  # a float32 (H_q,) sink logit per query head (Tensors.sinks)
     softcap: float = 0.0  # scores -> softcap * tanh(scores / softcap) after softmax_scale; 0.0 = off
+    sinks_stride: int = 1  # sinks' element stride (1 without sinks or with one head; the kernel needs 1)
 
     @property
     def gqa_ratio(self) -> int:
@@ -427,6 +428,7 @@ def build_problem(
         lse_s_max=lse_s_max,
         has_sinks=sinks is not None,
         softcap=softcap,
+        sinks_stride=sinks.stride(0) if sinks is not None and h_q > 1 else 1,
     )
     if lse is not None:
         check_lse_buffer(problem, lse)

@@ -29,12 +29,15 @@ from ragged_attn.layout_class import HEAD_DIM_CLASSES, LayoutClass  # noqa: E402
 
 # One representative per head-dim class, the families spread over them, keeps this near half a
 # minute on a 2-core box. ptxas reports (remarks{ptx}) must show no register spills.
-# Issue 14's softcap / sinks classes (served by no backend yet: tests/gpu/test_softcap_sinks_gpu.py).
+# Issue 14's softcap / sinks classes (served for ragged K/V; tests/gpu/test_softcap_sinks_gpu.py,
+# tests/gpu/test_sinks_softcap_api_gpu.py).
 EXTENDED_CLASSES = [
     LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, "ragged", softcap=True),
     LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "window", True, "ragged", sinks=True),
     LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "window", True, "ragged", softcap=True),
     LayoutClass("sm_90a", 128, 128, "fp16", "fp16", "causal", True, "ragged", softcap=True, sinks=True),
+    # The widest head-dim class with both options.
+    LayoutClass("sm_90a", 256, 256, "bf16", "bf16", "window", True, "ragged", softcap=True, sinks=True),
 ]
 
 
@@ -209,9 +212,7 @@ def test_block_range_covers_every_allowed_pair(seed):
             assert n_min == min(used) and n_max == max(used) + 1
 
 
-# --- issue 14: softcap and sinks classes (served by no backend yet: tests/gpu/test_softcap_sinks_gpu.py) ---
-
-
+# --- issue 14: softcap and sinks classes (ragged K/V; tests/gpu/test_softcap_sinks_gpu.py) ---
 
 
 @pytest.mark.parametrize("lc", EXTENDED_CLASSES, ids=lambda lc: lc.name)
@@ -221,6 +222,55 @@ def test_softcap_and_sinks_classes_take_sinks_and_softcap_after_page_table(lc):
     from ragged_attn.kernels.sm90 import COMPILED_ARGS, compiled_args
 
     assert compiled_args(lc) == (*COMPILED_ARGS, "sinks", "softcap")
+
+
+# The compiled function's parameter names (cute.jit's, forward.py) for launch.COMPILED_ARGS_EXT.
+_PARAM_NAMES = {"q": "mQ", "k": "mK", "v": "mV", "out": "mO", "lse_flat": "mLSE", "cu_seqlens_q": "mCuSeqlensQ",
+                "cu_seqlens_k": "mCuSeqlensK", "seqused_q": "mSeqUsedQ", "seqused_k": "mSeqUsedK",
+                "tile_counter": "mTileCounter", "page_table": "mPageTable", "sinks": "mSinks"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(causal=True, return_lse=True, softcap=5.0, sinks=True), dict(window_size=(9, 2), softcap=3.0)],
+    ids=["causal-lse-softcap-sinks", "window-nolse-softcap"],
+)
+def test_dispatch_arguments_fit_the_compiled_function(options, monkeypatch):
+    """What the library passes (backends.kernel_arguments -> launch_forward, and the fast path's
+    BoundKernel for a -softcap class) fits the class's compiled function: its parameters (the
+    DSL's record of the jit signature, stream last) are compiled_args(lc) in order, and each call
+    passes one value per parameter, sinks and the cap in their places. (Calling the function itself
+    needs the DSL imported with CUTE_DSL_ARCH=sm_90a; these names come from the compile alone.)"""
+    import torch
+
+    from ragged_attn import backends
+    from ragged_attn.fast_launch import BoundKernel
+    from ragged_attn.kernels.sm90 import compiled_args, launch, launch_forward
+    from ragged_attn.problem import build_problem
+
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    q = torch.randn(12, 4, 64).to(torch.bfloat16)
+    k, v = torch.randn(15, 2, 64).to(torch.bfloat16), torch.randn(15, 2, 64).to(torch.bfloat16)
+    cu_q, cu_k = torch.tensor([0, 5, 12], dtype=torch.int32), torch.tensor([0, 6, 15], dtype=torch.int32)
+    if options.pop("sinks", False):
+        options["sinks"] = torch.zeros(4)
+    problem, t = build_problem(q, k, v, cu_q, cu_k, 7, 9, **options)
+    lc = backends.layout_class_for(problem)
+    assert lc.softcap and lc.sinks == ("sinks" in options)
+    fn = compile_forward(lc)
+    params = fn.execution_args.get_kwargs_wrapper_spec().arg_names
+    assert params == [_PARAM_NAMES.get(n, n) for n in compiled_args(lc)] + ["stream"]
+    out = torch.empty(12, 4, 64, dtype=torch.bfloat16)
+    lse = torch.empty(problem.lse_shape()) if problem.return_lse else None
+    calls = []
+    launch_forward(lambda *a: calls.append(a), **backends.kernel_arguments(problem, t, out, lse))
+    if not lc.sinks:  # the fast path (a -sinks class has none)
+        BoundKernel(lambda *a: calls.append(a), problem).try_launch(q, k, v, cu_q, cu_k, 7, None, None, None, out, None)
+    assert len(calls) == (1 if lc.sinks else 2)
+    for call in calls:
+        named = dict(zip(params[:-1], call, strict=True))
+        assert named["mSinks"] is t.sinks and named["softcap"] == options["softcap"]
+        assert named["mQ"] is q and named["mO"] is out and named["mPageTable"] is None
 
 
 def test_softcap_uses_tanh_approx_and_plain_classes_keep_their_signature(tmp_path):

@@ -60,6 +60,14 @@ SNAPSHOT_CALLS = {
     "paged-d128-bf16-full-nhd-page1": dict(pool=(500, 1, 200, "NHD")),
     "paged-d64-fp16-window-hnd-page256": dict(pool=(4, 256, 2, "HND"), d=64, dtype=torch.float16,
                                               window_size=(64, 0)),
+} | {
+    # Issue 14: softcap / sinks classes (ragged K/V only; the flags are named only when on).
+    "d128-bf16-causal-softcap": dict(causal=True, softcap=30.0),
+    "d64-fp16-window-lse-sinks": dict(d=64, dtype=torch.float16, window_size=(128, 0), return_lse=True,
+                                      sinks=torch.empty(8, device="meta")),
+    "d128-bf16-causal-lse-softcap-sinks": dict(causal=True, return_lse=True, softcap=50.0,
+                                               sinks=torch.empty(8, device="meta")),
+    "envelope-d80x80-bf16-full-sinks": dict(d=80, sinks=torch.empty(8, device="meta")),
 }
 
 

@@ -2,25 +2,21 @@
 
 The reference backend against the float64 oracle of tests/cases.py (which applies both from the
 definition: a sink is one more softmax column per query head with no value, natural log, not
-scaled; softcap maps the scaled scores to softcap * tanh(s / softcap) before the mask). The GPU
-kernel does not compute them yet: every kernel entry (attention, plan, Plan.run, the fast paths,
-layout_class_of) must refuse them by name, and the compile key must not change.
+scaled; softcap maps the scaled scores to softcap * tanh(s / softcap) before the mask). Their
+dispatch to the GPU kernel's -softcap / -sinks classes (and what it declines) is tested in
+tests/test_sinks_softcap_dispatch.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
 import torch
 
 import ragged_attn
-from ragged_attn import api, backends
 from ragged_attn.compat import flash_attn_cute
 from ragged_attn.compat.flash_attn import flash_attn_varlen_func
-from ragged_attn.layout_class import LayoutClass
-from ragged_attn.problem import build_problem
 from ragged_attn.reference import attention_reference
 from tests.cases import Case, oracle_float64, valid_rows
 
@@ -235,94 +231,6 @@ def test_out_overlapping_sinks_is_named():
     out = torch.zeros(2, 4, 8)
     with pytest.raises(ValueError, match="out: .*overlapping sinks"):
         ragged_attn.attention(*args, **kwargs, sinks=out[0, :, 0], out=out)
-
-
-# --- the GPU kernel refuses them (CUDA path simulated on the CPU) ---------------------------------
-
-@pytest.fixture
-def as_cuda(monkeypatch):
-    """api.build_problem describing the call as on cuda:0: `attention` / `plan` / `Plan.run` take the
-    kernel path, whose check_support must refuse sinks / softcap before it touches a GPU."""
-    real = api.build_problem
-
-    def on_cuda(*args, **kwargs):
-        problem, tensors = real(*args, **kwargs)
-        return dataclasses.replace(problem, device=torch.device("cuda", 0)), tensors
-
-    monkeypatch.setattr(api, "build_problem", on_cuda)
-    monkeypatch.setattr(api, "_bind", lambda *a, **k: pytest.fail("a kernel was bound"))
-    monkeypatch.setattr(backends, "launch_cute", lambda *a, **k: pytest.fail("the kernel was launched"))
-
-
-@pytest.mark.parametrize("backend", ["auto", "cute"])
-@pytest.mark.parametrize("option", ["sinks", "softcap"])
-def test_kernel_backend_refuses_by_name(as_cuda, option, backend):
-    args, kwargs = Case(1430, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.float16, causal=True).make()
-    kwargs[option] = _sinks(4, 0) if option == "sinks" else 30.0
-    with pytest.raises(NotImplementedError, match=rf"^{option}: .*backend=\"reference\""):
-        ragged_attn.attention(*args, **kwargs, backend=backend)
-    with pytest.raises(NotImplementedError, match=rf"^{option}: .*backend=\"reference\""):
-        ragged_attn.plan(*args, **kwargs, backend=backend)
-
-
-def test_kernel_plan_run_with_sinks_skips_the_fast_path_and_refuses(as_cuda):
-    args, kwargs = Case(1431, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.float16).make()
-    problem, _ = build_problem(*args, **kwargs)
-
-    class Bound:
-        def try_launch(self, *a):
-            pytest.fail("sinks reached the fast path (it would drop them)")
-
-    p = api.Plan(problem, "auto", backends.layout_class_for(problem), dict(kwargs), bound=Bound())
-    with pytest.raises(NotImplementedError, match="^sinks: "):
-        p.run(*args, sinks=_sinks(4, 0))
-
-
-def test_attention_fast_path_is_not_consulted_with_sinks_and_keys_on_softcap(monkeypatch):
-    looked_up = []
-
-    class Paths(dict):
-        def get(self, key, default=None):
-            looked_up.append(key)
-            return None
-
-    monkeypatch.setattr(api, "_FAST_PATHS", Paths())
-    args, kwargs = Case(1432, [3], [3], 4, 2, 64, 64).make()
-    ragged_attn.attention(*args, **kwargs, sinks=_sinks(4, 0))
-    assert looked_up == []
-    ragged_attn.attention(*args, **kwargs)
-    ragged_attn.attention(*args, **kwargs, softcap=30.0)
-    assert len(looked_up) == 2 and looked_up[0] != looked_up[1]
-
-
-def test_check_support_refuses_them_on_a_cuda_problem():
-    args, kwargs = Case(1433, [3], [3], 4, 2, 64, 64, dtype=torch.bfloat16).make()
-    for extra, name in (({"sinks": _sinks(4, 0)}, "sinks"), ({"softcap": 50.0}, "softcap")):
-        problem, _ = build_problem(*args, **kwargs, **extra)
-        problem = dataclasses.replace(problem, device=torch.device("cuda", 0))
-        with pytest.raises(NotImplementedError, match=f"^{name}: .*reference"):
-            backends.check_support(problem)
-
-
-def test_layout_class_of_refuses_them_and_the_key_does_not_change():
-    meta = {"dtype": torch.bfloat16, "device": "meta"}
-    q, k, v = torch.empty(10, 8, 128, **meta), torch.empty(20, 2, 128, **meta), torch.empty(20, 2, 128, **meta)
-    cu = torch.empty(3, dtype=torch.int32, device="meta")
-    plain = ragged_attn.layout_class_of(q, k, v, cu, cu, 5, 10, causal=True)
-    with pytest.raises(NotImplementedError, match="^sinks: "):
-        ragged_attn.layout_class_of(q, k, v, cu, cu, 5, 10, causal=True, sinks=torch.empty(8, device="meta"))
-    with pytest.raises(NotImplementedError, match="^softcap: "):
-        ragged_attn.layout_class_of(q, k, v, cu, cu, 5, 10, causal=True, softcap=30.0)
-    # Not part of the key: the class builder gives the same class with them (check_support refuses it).
-    problem, _ = build_problem(q, k, v, cu, cu, 5, 10, causal=True, sinks=torch.empty(8, device="meta"), softcap=9.0)
-    assert backends.layout_class_for(problem) == plain
-    # The class has softcap and sinks flags (the kernel classes of issue 14, compiled by the GPU
-    # tests only until check_support serves them), False here and absent from the name and record.
-    assert [f.name for f in dataclasses.fields(LayoutClass)] == ["arch", "d_qk", "d_v", "dtype", "out_dtype", "mask",
-                                                                 "lse", "kv", "softcap", "sinks"]  # fmt: skip
-    assert not plain.softcap and not plain.sinks
-    assert "softcap" not in plain.as_dict() and "sinks" not in plain.as_dict()
-    assert plain.name == "sm_90a-d128x128-bf16-bf16-causal-nolse-ragged"
 
 
 # --- adapters -----------------------------------------------------------------------------------

@@ -153,7 +153,7 @@ def flash_attn_varlen_func(
         dropout_p: must be 0.0; alibi_slopes: must be None.
         softcap: 0.0 or None (off), or the cap: scores (after softmax_scale) become
             softcap * tanh(scores / softcap), as FA2 computes them (`attention(softcap=...)`;
-            reference backend only for now, the kernel declines it by name).
+            the kernel serves it with ragged K/V and declines it by name with page tables).
         softmax_scale: default 1 / sqrt(D). causal: bottom-right aligned (FA2 >= 2.1, FA4).
         window_size: (left, right), -1 (FA2) or None (FA4) unbounded; with causal the right bound
             is forced to 0, as FA2 and FA4 do.
@@ -165,7 +165,8 @@ def flash_attn_varlen_func(
         return_lse (FA4): returns (out, softmax_lse) as FA4 does. Not with return_attn_probs.
         learnable_sink (FA4): None or an (H_q,) fp16 / bf16 / fp32 tensor of per-head sink logits
             (natural log, not scaled), passed as `attention(sinks=...)` in float32; the LSE
-            includes the sink (reference backend only for now).
+            includes the sink (the kernel serves it with ragged K/V, a stride-1 sink, and
+            declines it by name with page tables).
         qv, gather_kv_indices, score_mod, score_mod_bwd, mask_mod,
             block_sparse_tensors (FA4): must be None (NotImplementedError names the one set).
         min_seqlen_k, num_splits, pack_gqa, scheduler_metadata, seqlen_k_per_split,

@@ -39,8 +39,9 @@ naming it, never a silent fallback.
 
 Passed through (issue 14): `softcap` (Gemma 2's `attn_logit_softcapping`, passed as softcap=) to
 `attention(softcap=...)`, and `s_aux` (gpt-oss's per-head `sinks` parameter, passed as s_aux=) to
-`attention(sinks=...)` in float32. Both are computed by the reference backend; on CUDA the kernel
-declines them by name for now (register(..., backend="reference") serves them on any device).
+`attention(sinks=...)` in float32. Both run on either backend: on CUDA the kernel's `-softcap` /
+`-sinks` layout classes serve them (this adapter passes ragged K/V); a non-contiguous float32 s_aux
+is declined by name there (register(..., backend="reference") serves it on any device).
 
 Declined by name (NotImplementedError): dropout > 0 (training), a 4D (custom) attention mask, and
 transformers older than 5.0 (`SUPPORTED`).
@@ -149,7 +150,8 @@ def attention_forward(
         are 0.
     Raises:
         NotImplementedError: dropout > 0, a 4D mask; or what the backend declines (as
-            `ragged_attn.attention`; the GPU kernel declines softcap and s_aux for now).
+            `ragged_attn.attention`; the GPU kernel serves softcap and s_aux, a float32 s_aux of
+            stride 1).
         ValueError: a mask or lengths that do not fit the tensors.
     """
     if dropout:

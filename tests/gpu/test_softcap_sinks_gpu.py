@@ -1,10 +1,11 @@
 """GPU tests of the sm_90a kernel's softcap and sinks classes (issue 14) against ragged_attn.reference.
 
-The library does not route sinks or softcap to the kernel yet (backends.check_support declines
-them): these tests compile the `-softcap` / `-sinks` layout classes directly, launch them through
+These tests compile the `-softcap` / `-sinks` layout classes directly, launch them through
 `launch_forward(..., extended=True, sinks=, softcap=)` with out and LSE poisoned (NaN), and compare
-with `attention_reference` (the exact semantics). They are the gate for letting check_support serve
-them. Inputs come from `build_problem` + `backends.kernel_arguments`, the product's own path.
+with `attention_reference` (the exact semantics). They were the gate for letting check_support
+serve them (20 passed on an H200, 2026-12-03); the public API's path is
+tests/gpu/test_sinks_softcap_api_gpu.py. Inputs come from `build_problem` +
+`backends.kernel_arguments` (which carries extended / sinks / softcap), the product's own path.
 
 Tolerances: out |err| <= 2e-2 + 2e-2 |ref| (bf16 out); LSE within 1e-2, 2e-2 with a softcap (the
 kernel's tanh is PTX tanh.approx.f32, relative error ~2^-11, so a cap c moves a score by up to
@@ -68,13 +69,14 @@ def run(
     out = torch.full((total_q, hq, d), float("nan"), dtype=dtype, device=dev)
     lse = torch.full(problem.lse_shape(), float("nan"), dtype=torch.float32, device=dev)
     lc = dataclasses.replace(backends.layout_class_for(problem), softcap=bool(softcap), sinks=sinks)
+    assert lc == backends.layout_class_for(problem)  # the dispatch picks the class these tests built
     assert compiled_args(lc)[-2:] == ("sinks", "softcap")
     fn = compiled_for(lc)
+    kernel_args = backends.kernel_arguments(problem, t, out, lse)
+    assert kernel_args["extended"] and kernel_args["sinks"] is sinks_t and kernel_args["softcap"] == softcap
     torch.cuda.set_sync_debug_mode("error")
     try:
-        launch_forward(
-            fn, **backends.kernel_arguments(problem, t, out, lse), extended=True, sinks=sinks_t, softcap=softcap
-        )
+        launch_forward(fn, **kernel_args)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()

@@ -1,0 +1,416 @@
+"""Issue 14 items 1-2 on the kernel backend, without a GPU: which layout class sinks / softcap
+choose, what is declined with which message, Plan and fast-path behaviour, the arguments that
+reach the compiled function, and the launch path's fills for rows that see no key.
+
+The CUDA side is simulated: problems are described as on cuda:0 while the tensors stay on the
+CPU, and the compiled function is a recorder (tests/test_fast_launch.py's EntryModel). The kernel
+itself runs in tests/gpu/test_softcap_sinks_gpu.py and tests/gpu/test_sinks_softcap_api_gpu.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+
+import pytest
+import torch
+
+import ragged_attn
+from ragged_attn import api, backends, compile_cache
+from ragged_attn.fast_launch import BoundKernel
+from ragged_attn.kernels import sm90
+from ragged_attn.kernels.sm90 import launch as sm90_launch
+from ragged_attn.problem import build_problem
+from ragged_attn.reference import attention_reference
+from tests.cases import Case
+from tests.test_fast_launch import EntryModel
+
+LOG2_E = 1.0 / math.log(2.0)
+
+
+def _sinks(h_q: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(h_q, generator=g) * 2.0).float()
+
+
+def _meta(h_q=8, h_kv=2, d=128, pool=None, **options):
+    """layout_class_of arguments on meta tensors (no GPU); pool=(num_pages, page_size, max_pages)."""
+    meta = {"dtype": torch.bfloat16, "device": "meta"}
+    q = torch.empty(30, h_q, d, **meta)
+    cu = torch.empty(3, dtype=torch.int32, device="meta")
+    if pool is None:
+        k, v = torch.empty(40, h_kv, d, **meta), torch.empty(40, h_kv, d, **meta)
+        return dict(q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=20, **options)
+    num_pages, page_size, max_pages = pool
+    k = torch.empty(num_pages, page_size, h_kv, d, **meta)
+    v = torch.empty(num_pages, page_size, h_kv, d, **meta)
+    table = torch.empty(2, max_pages, dtype=torch.int32, device="meta")
+    seqused = torch.empty(2, dtype=torch.int32, device="meta")
+    return dict(q=q, k=k, v=v, cu_seqlens_q=cu, page_table=table, seqused_k=seqused, max_seqlen_q=20, **options)
+
+
+def _meta_sinks(h_q=8, stride=1):
+    return torch.empty(h_q * stride, device="meta")[::stride]
+
+
+# --- which class ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options,suffix",
+    [
+        ({"softcap": 30.0}, "-softcap"),
+        ({"sinks": "sinks"}, "-sinks"),
+        ({"softcap": 5, "sinks": "sinks"}, "-softcap-sinks"),
+    ],
+    ids=["softcap", "sinks", "both"],
+)
+def test_layout_class_of_names_the_score_class(options, suffix):
+    options = {k: (_meta_sinks() if v == "sinks" else v) for k, v in options.items()}
+    plain = ragged_attn.layout_class_of(**_meta(causal=True, return_lse=True))
+    lc = ragged_attn.layout_class_of(**_meta(causal=True, return_lse=True, **options))
+    assert lc.name == plain.name + suffix
+    assert lc == dataclasses.replace(plain, softcap="softcap" in options, sinks="sinks" in options)
+    assert sm90.compiled_args(lc) == (*sm90.COMPILED_ARGS, "sinks", "softcap")
+    assert sm90.compiled_args(plain) == sm90.COMPILED_ARGS
+
+
+def test_the_cap_and_the_sink_values_are_run_time():
+    """One class for every cap (and every sinks tensor): only on/off is in the key."""
+    classes = {
+        ragged_attn.layout_class_of(**_meta(window_size=(w, 0), softcap=cap, softmax_scale=scale))
+        for cap in (2**-126, 1.0, 30.0, 50, 3e38)
+        for w in (1, 100)
+        for scale in (None, 0.3)
+    }
+    assert len(classes) == 1 and next(iter(classes)).softcap and next(iter(classes)).mask == "window"
+    a = ragged_attn.layout_class_of(**_meta(sinks=_meta_sinks(8)))
+    b = ragged_attn.layout_class_of(**_meta(h_q=16, h_kv=4, sinks=_meta_sinks(16)))
+    assert a == b and a.sinks and not a.softcap
+
+
+def test_softcap_zero_and_no_sinks_keep_the_plain_class():
+    plain = ragged_attn.layout_class_of(**_meta())
+    assert ragged_attn.layout_class_of(**_meta(softcap=0.0, sinks=None)) == plain
+    assert ragged_attn.layout_class_of(**_meta(softcap=0)) == plain
+    assert "softcap" not in plain.as_dict() and "sinks" not in plain.as_dict()
+
+
+# --- what declines ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option", ["sinks", "softcap"])
+def test_page_pools_decline_by_name(option):
+    value = _meta_sinks() if option == "sinks" else 30.0
+    with pytest.raises(NotImplementedError, match=rf'^{option}: the GPU kernel serves .*ragged K/V only.*page pools.*backend="reference"'):
+        ragged_attn.layout_class_of(**_meta(pool=(10, 16, 4), causal=True, **{option: value}))
+    ragged_attn.layout_class_of(**_meta(pool=(10, 16, 4), causal=True))  # paged without them: served
+
+
+def test_softcap_message_names_the_value():
+    with pytest.raises(NotImplementedError, match=r"^softcap: .*softcap = 12\.5"):
+        ragged_attn.layout_class_of(**_meta(pool=(10, 16, 4), softcap=12.5))
+
+
+def test_sinks_of_another_stride_decline_and_one_head_takes_any_stride():
+    with pytest.raises(NotImplementedError, match=r'^sinks: .*contiguous \(H_q,\).*got stride 2; pass sinks\.contiguous\(\), or pass backend="reference"'):
+        ragged_attn.layout_class_of(**_meta(sinks=_meta_sinks(8, stride=2)))
+    expanded = torch.empty(1, device="meta").expand(8)
+    with pytest.raises(NotImplementedError, match=r"^sinks: .*got stride 0"):
+        ragged_attn.layout_class_of(**_meta(sinks=expanded))
+    # One head: any stride names the same element; the kernel gets a stride-1 view of it.
+    lc = ragged_attn.layout_class_of(**_meta(h_q=1, h_kv=1, sinks=_meta_sinks(1, stride=3)))
+    assert lc.sinks
+    args, kwargs = Case(1450, [3], [4], 1, 1, 64, 64, dtype=torch.bfloat16).make()
+    base = torch.tensor([0.5, 9.0, 9.0, 9.0])
+    problem, t = build_problem(*args, **kwargs, sinks=base.as_strided((1,), (3,), 1), return_lse=True)
+    ka = backends.kernel_arguments(problem, t, torch.empty(3, 1, 64, dtype=torch.bfloat16), torch.empty(1, 3))
+    assert ka["sinks"].stride() == (1,) and ka["sinks"].data_ptr() == base[1:].data_ptr()
+
+
+@pytest.fixture
+def on_cuda(monkeypatch):
+    """Calls described as on cuda:0 (sm_90a) with CPU tensors: `attention` / `plan` / `Plan.run`
+    take the kernel path. launch_cute records its arguments instead of launching, and _bind
+    records what it would bind (a Bound stand-in whose try_launch records and declines)."""
+    real = api.build_problem
+
+    def on_cuda_build(*args, **kwargs):
+        problem, tensors = real(*args, **kwargs)
+        return dataclasses.replace(problem, device=torch.device("cuda", 0)), tensors
+
+    launches, binds = [], []
+
+    def launch(layout_class, problem, t):
+        launches.append((layout_class, problem, t))
+        out = torch.zeros(problem.total_q, problem.h_q, problem.d_v, dtype=problem.dtype)
+        lse = torch.zeros(problem.lse_shape()) if problem.return_lse else None
+        return out, lse
+
+    class Bound:
+        def __init__(self, layout_class):
+            self.layout_class, self.calls = layout_class, []
+
+        def try_launch(self, *a):
+            self.calls.append(a)
+
+    real_bind = api._bind
+
+    def bind(layout_class, problem, default_scale):
+        if layout_class.sinks:  # the real rule: no fast path for a -sinks class
+            assert real_bind(layout_class, problem, default_scale) is None
+            binds.append((layout_class, None))
+            return None
+        bound = Bound(layout_class)
+        binds.append((layout_class, bound))
+        return bound
+
+    monkeypatch.setattr(api, "build_problem", on_cuda_build)
+    monkeypatch.setattr(backends, "arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(backends, "launch_cute", launch)
+    monkeypatch.setattr(api, "_bind", bind)
+    monkeypatch.setattr(api, "_FAST_PATHS", {})
+    monkeypatch.setattr(compile_cache, "get_kernel", lambda *a, **k: pytest.fail("a kernel was compiled"))
+    return launches, binds
+
+
+@pytest.mark.parametrize("backend", ["auto", "cute"])
+@pytest.mark.parametrize("option", ["sinks", "softcap"])
+def test_paged_calls_decline_by_name_before_any_launch(on_cuda, option, backend):
+    args, kwargs = Case(1451, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.float16, causal=True, page_size=4).make()
+    kwargs[option] = _sinks(4) if option == "sinks" else 30.0
+    for call in (ragged_attn.attention, ragged_attn.plan):
+        with pytest.raises(NotImplementedError, match=rf"^{option}: .*ragged K/V only"):
+            call(*args, **kwargs, backend=backend)
+    assert on_cuda == ([], [])
+
+
+def test_flash_attn_adapter_names_learnable_sink_with_a_page_table(on_cuda):
+    from ragged_attn.compat.flash_attn import flash_attn_varlen_func
+
+    args, kwargs = Case(1452, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.float16, page_size=4).make()
+    q, k, v, cu_q, _, mq, mk = args
+    with pytest.raises(NotImplementedError, match=r"^learnable_sink: .*ragged K/V only"):
+        flash_attn_varlen_func(q, k, v, cu_q, None, mq, mk, learnable_sink=_sinks(4), block_table=kwargs["page_table"],
+                               seqused_k=kwargs["seqused_k"])  # fmt: skip
+    assert on_cuda == ([], [])
+
+
+# --- what runs: attention, plan, Plan.run -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["auto", "cute"])
+def test_attention_launches_the_score_classes(on_cuda, backend):
+    launches, binds = on_cuda
+    args, kwargs = Case(1453, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.bfloat16, causal=True).make()
+    sinks = _sinks(4)
+    ragged_attn.attention(*args, **kwargs, softcap=20.0, backend=backend)
+    ragged_attn.attention(*args, **kwargs, sinks=sinks, return_lse=True, backend=backend)
+    ragged_attn.attention(*args, **kwargs, sinks=sinks, softcap=7.0, backend=backend)
+    names = [lc.name for lc, _, _ in launches]
+    assert names == [
+        "sm_90a-d64x64-bf16-bf16-causal-nolse-ragged-softcap",
+        "sm_90a-d64x64-bf16-bf16-causal-lse-ragged-sinks",
+        "sm_90a-d64x64-bf16-bf16-causal-nolse-ragged-softcap-sinks",
+    ]
+    assert [p.softcap for _, p, _ in launches] == [20.0, 0.0, 7.0]
+    assert launches[1][2].sinks is sinks and launches[2][2].sinks is sinks
+    # The softcap call (no sinks) bound a fast path for its options; calls with sinks bind none.
+    assert [(lc.name, b is not None) for lc, b in binds] == [(names[0], True)]
+
+
+def test_attention_fast_path_serves_softcap_by_its_value(on_cuda):
+    launches, binds = on_cuda
+    args, kwargs = Case(1454, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.bfloat16).make()
+    ragged_attn.attention(*args, **kwargs, softcap=20.0)
+    ((_, bound),) = binds
+    ragged_attn.attention(*args, **kwargs, softcap=20.0)  # the same options: the bound kernel's turn
+    assert len(bound.calls) == 1 and len(launches) == 2  # the stand-in declined: the checked path ran
+    ragged_attn.attention(*args, **kwargs, softcap=21.0)  # another cap: another key, a fresh binding
+    assert len(binds) == 3 and binds[1][1].calls == [] and len(launches) == 3
+    assert {lc for lc, _ in binds} == {launches[0][0]}  # one class for both caps
+
+
+def test_kernel_plans_with_softcap_and_sinks(on_cuda):
+    launches, binds = on_cuda
+    args, kwargs = Case(1455, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.bfloat16, window=(2, 0)).make()
+    p = ragged_attn.plan(*args, **kwargs, softcap=9.0)
+    assert p.layout_class.name.endswith("-window-nolse-ragged-softcap") and p._bound is binds[-1][1]
+    p.run(*args)
+    assert len(p._bound.calls) == 1 and launches[-1][1].softcap == 9.0  # fast path first, then checked
+    with pytest.raises(ValueError, match="make another plan"):  # a run with sinks needs a -sinks plan
+        p.run(*args, sinks=_sinks(4))
+    assert len(p._bound.calls) == 1
+
+    ps = ragged_attn.plan(*args, **kwargs, sinks=_sinks(4), softcap=9.0, return_lse=True)
+    assert ps.layout_class.name.endswith("-window-lse-ragged-softcap-sinks") and ps._bound is None
+    for seed in (1, 2):
+        s = _sinks(4, seed)
+        ps.run(*args, sinks=s)
+        lc, problem, t = launches[-1]
+        assert lc == ps.layout_class and t.sinks is s and problem.softcap == 9.0
+    with pytest.raises(ValueError, match="make another plan"):
+        ps.run(*args)
+    with pytest.raises(NotImplementedError, match="^sinks: .*stride"):
+        ps.run(*args, sinks=torch.zeros(8)[::2])
+
+
+def test_plain_plan_refuses_sinks_without_its_fast_path(on_cuda):
+    launches, binds = on_cuda
+    args, kwargs = Case(1456, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.float16).make()
+    p = ragged_attn.plan(*args, **kwargs)
+    with pytest.raises(ValueError, match=r"need layout class .*-sinks, the plan was made for .*-ragged; make another"):
+        p.run(*args, sinks=_sinks(4))
+    assert p._bound.calls == [] and launches == []
+
+
+# --- the arguments that reach the compiled function -------------------------------------------------
+
+
+@pytest.fixture
+def cpu_launch(monkeypatch):
+    """launch_forward runs on CPU tensors with a recorder for the compiled function."""
+    monkeypatch.setattr(sm90_launch, "sm_count", lambda device: 132)
+    rec = EntryModel()
+    monkeypatch.setattr(compile_cache, "get_kernel", lambda lc, compile_fn: rec)
+    return rec
+
+
+@pytest.mark.parametrize("sinks,softcap", [(True, 0.0), (False, 12.0), (True, 3.0)], ids=["sinks", "softcap", "both"])
+def test_launch_cute_passes_sinks_and_softcap_in_compiled_args_order(cpu_launch, sinks, softcap):
+    args, kwargs = Case(1457, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.bfloat16, causal=True).make()
+    s = _sinks(4) if sinks else None
+    problem, t = build_problem(*args, **kwargs, sinks=s, softcap=softcap, return_lse=True)
+    lc = backends.layout_class_for(problem)
+    ka = backends.kernel_arguments(problem, t, torch.empty(7, 4, 64, dtype=torch.bfloat16), torch.empty(4, 7))
+    assert set(ka) <= set(inspect.signature(sm90.launch_forward).parameters)
+    assert ka["extended"] is True and ka["sinks"] is s and ka["softcap"] == softcap
+    backends.launch_cute(lc, problem, t)
+    (call,) = cpu_launch.calls
+    named = dict(zip(sm90.compiled_args(lc), call, strict=True))
+    assert named["sinks"] is s and named["softcap"] == softcap and named["softmax_scale"] == problem.softmax_scale
+
+
+def test_plain_problems_pass_no_extended_arguments(cpu_launch):
+    args, kwargs = Case(1458, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.bfloat16).make()
+    problem, t = build_problem(*args, **kwargs)
+    ka = backends.kernel_arguments(problem, t, torch.empty(7, 4, 64, dtype=torch.bfloat16), None)
+    assert ka["extended"] is False and ka["sinks"] is None and ka["softcap"] == 0.0
+    backends.launch_cute(backends.layout_class_for(problem), problem, t)
+    assert len(cpu_launch.calls[0]) == len(sm90.COMPILED_ARGS)
+
+
+def test_bound_kernel_appends_the_cap_and_leaves_the_plain_call_alone():
+    args, kwargs = Case(1459, [3, 4], [3, 6], 8, 2, 128, 128, dtype=torch.bfloat16).make()
+    q, k, v, cu_q, cu_k, mq, _ = args
+    plain_problem, _ = build_problem(*args, **kwargs)
+    rec = EntryModel()
+    plain = BoundKernel(rec, plain_problem)
+    assert plain._compiled is rec  # the plain classes' hot path calls the compiled function itself
+    problem, _ = build_problem(*args, **kwargs, softcap=15.0, return_lse=True)
+    rec = EntryModel()
+    bound = BoundKernel(rec, problem)
+    out, lse = bound.try_launch(q, k, v, cu_q, cu_k, mq, None, None, None, None, None)
+    (call,) = rec.calls
+    lc = backends.layout_class_for(problem)
+    named = dict(zip(sm90.compiled_args(lc), call, strict=True))
+    assert named["sinks"] is None and named["softcap"] == 15.0 and named["lse_flat"].numel() == lse.numel()
+    sinks_problem, _ = build_problem(*args, **kwargs, sinks=_sinks(8))
+    with pytest.raises(ValueError, match="sinks class has no fast path"):
+        BoundKernel(EntryModel(), sinks_problem)
+
+
+def test_bind_makes_no_fast_path_for_a_sinks_class(monkeypatch):
+    monkeypatch.setattr(compile_cache, "get_kernel", lambda *a, **k: pytest.fail("compiled for nothing"))
+    args, kwargs = Case(1460, [3], [3], 4, 2, 64, 64, dtype=torch.bfloat16).make()
+    problem, _ = build_problem(*args, **kwargs, sinks=_sinks(4))
+    assert api._bind(backends.layout_class_for(problem), problem, True) is None
+
+
+# --- the launch path's fills: rows that see no key ------------------------------------------------
+
+
+def _fill_case(lse_layout, lse_base, q_gaps, seed):
+    """A call in which no row sees a key (every key length 0), rows outside every sequence
+    included (gaps with seqused_q, rows after the last sequence)."""
+    case = Case(seed, [3, 0, 5, 2], [0, 0, 0, 0], 6, 2, 64, 64, dtype=torch.bfloat16, causal=True,
+                lse_layout=lse_layout, lse_base=lse_base, q_gaps=q_gaps)  # fmt: skip
+    args, kwargs = case.make()
+    q, k, v, cu_q, cu_k, mq, mk = args
+    # Rows after the last sequence too: q grows, cu_seqlens_q keeps its end.
+    q = torch.cat([q, torch.randn(2, 6, 64).to(q.dtype)])
+    return (q, k, v, cu_q, cu_k, mq, mk), kwargs
+
+
+@pytest.mark.parametrize("lse_base", ["ln", "log2"])
+@pytest.mark.parametrize("lse_layout", ["head_major", "token_major", "padded"])
+@pytest.mark.parametrize("q_gaps", [False, True], ids=["packed", "gaps"])
+def test_fill_without_keys_gives_the_sink_to_rows_of_sequences(lse_layout, lse_base, q_gaps):
+    """launch_forward's fill branch (out of another dtype than q: the kernel cannot stand q in for
+    v; an empty page pool takes it too) against the reference on the same call."""
+    args, kwargs = _fill_case(lse_layout, lse_base, q_gaps, 1461)
+    sinks = _sinks(6, 1461)
+    sinks[4] = -math.inf  # no sink for head 4: -inf as without sinks
+    problem, t = build_problem(*args, **kwargs, sinks=sinks, return_lse=True)
+    want_o, want_lse = attention_reference(*args, **kwargs, sinks=sinks, return_lse=True)
+    out = torch.full((problem.total_q, 6, 64), math.nan, dtype=torch.float16)  # another dtype than q
+    lse = torch.full(problem.lse_shape(), math.nan)
+    ka = backends.kernel_arguments(problem, t, out, lse)
+    sm90.launch_forward(lambda *a: pytest.fail("launched"), **ka)
+    assert (out == 0).all()
+    assert torch.equal(torch.isinf(lse), torch.isinf(want_lse)) and not torch.isnan(lse).any()
+    fin = torch.isfinite(want_lse)
+    assert torch.allclose(lse[fin], want_lse[fin], atol=1e-6, rtol=0), (lse, want_lse)
+    assert torch.equal(lse[~fin], want_lse[~fin])
+
+
+def test_fill_without_keys_is_minus_inf_without_sinks_and_keeps_a_permuted_padded_buffer():
+    args, kwargs = _fill_case("padded", "log2", True, 1462)
+    sinks = _sinks(6, 1462)
+    out = torch.empty(args[0].shape[0], 6, 64, dtype=torch.float16)
+    # A padded buffer stored (H_q, B, s_max) in memory: the logical (B, s_max, H_q) view is permuted.
+    lse = torch.full((6, 4, args[5]), math.nan).permute(1, 2, 0)
+    problem, t = build_problem(*args, **kwargs, sinks=sinks, return_lse=True, lse=lse)
+    sm90.launch_forward(lambda *a: pytest.fail("launched"), **backends.kernel_arguments(problem, t, out, lse))
+    want = attention_reference(*args, **kwargs, sinks=sinks, return_lse=True)[1]
+    fin = torch.isfinite(want)
+    assert torch.allclose(lse[fin], want[fin]) and torch.equal(lse[~fin], want[~fin])
+    assert torch.allclose(lse[0, :3], sinks * LOG2_E)  # sequence 0's rows, base 2
+    problem, t = build_problem(*args, **kwargs, return_lse=True)
+    lse2 = torch.full(problem.lse_shape(), math.nan)
+    sm90.launch_forward(lambda *a: pytest.fail("launched"), **backends.kernel_arguments(problem, t, out, lse2))
+    assert (lse2 == -math.inf).all()
+
+
+def test_fill_on_an_empty_page_pool_with_sinks():
+    """The paged fill branch (a pool with no pages) follows the same rule; paged + sinks is not
+    dispatched (check_support), so launch_forward is called directly."""
+    args, kwargs = Case(1463, [4, 2], [0, 0], 4, 4, 64, 64, dtype=torch.bfloat16, lse_layout="token_major").make()
+    q, _, _, cu_q, _, mq, _ = args
+    pool = torch.empty(0, 16, 4, 64, dtype=torch.bfloat16)
+    table = torch.zeros(2, 1, dtype=torch.int32)
+    used_k = torch.zeros(2, dtype=torch.int32)
+    sinks = _sinks(4, 1463)
+    out = torch.full((6, 4, 64), math.nan, dtype=torch.bfloat16)
+    lse = torch.full((6, 4), math.nan)
+    sm90.launch_forward(
+        lambda *a: pytest.fail("launched"), q=q, k=pool, v=pool, out=out, lse=lse, cu_seqlens_q=cu_q,
+        cu_seqlens_k=None, seqused_q=None, seqused_k=used_k, batch=2, max_seqlen_q=mq, lse_s_max=0,
+        softmax_scale=0.125, window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, 4, 4, 1),
+        page_table=table, extended=True, sinks=sinks, softcap=0.0,
+    )  # fmt: skip
+    assert (out == 0).all() and torch.equal(lse, sinks.expand(6, 4))
+
+
+@pytest.mark.parametrize("lse_layout", ["head_major", "padded"])
+def test_no_query_rows_keep_minus_inf_with_sinks(cpu_launch, lse_layout):
+    """total_q == 0 (launch_cute's fill): only padded rows past a length remain: -inf, sinks or not."""
+    q = torch.empty(0, 4, 64, dtype=torch.bfloat16)
+    k = torch.randn(5, 2, 64).to(torch.bfloat16)
+    cu_q = torch.zeros(3, dtype=torch.int32)
+    cu_k = torch.tensor([0, 2, 5], dtype=torch.int32)
+    problem, t = build_problem(q, k, k, cu_q, cu_k, 3, 3, sinks=_sinks(4), return_lse=True, lse_layout=lse_layout)
+    out, lse = backends.launch_cute(backends.layout_class_for(problem), problem, t)
+    assert out.shape == (0, 4, 64) and (lse == -math.inf).all() and lse.shape == problem.lse_shape()
+    assert cpu_launch.calls == []
