@@ -41,7 +41,7 @@ def _dispatch(argv: list[str] | None) -> int:
         print("  info   versions, GPU and arch, backends available, cache directory")
         print("  demo   embed real sentences with all-MiniLM-L6-v2, attention packed (THD) vs padded")
         print("  bench  ragged_attn beside FA4, FA3, cuDNN and torch on named workloads")
-        print("  aot    aot build --out DIR [--classes serving|all|FILE]: prebuilt kernels, no DSL to load them")
+        print("  aot    aot build --out DIR [--classes serving|scores|all|FILE]: prebuilt kernels, no DSL to load them")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     return commands[argv[0]](argv[1:])
 

@@ -22,9 +22,10 @@ versions, arch, machine, cudart mode and per class its library, function name, s
 prebuilt.py reads it at run time and refuses what does not match.
 
 Class sets (`--classes`): `serving` (`serving_classes()`: fp16/bf16 x every head-dim class x
-mask none/causal x LSE on/off x ragged/paged, 96 classes), `all` (adds the window family, 144),
-or a FILE: one class name per line (`LayoutClass.name`, `#` comments), or a JSON list of names or
-of LayoutClass field dicts.
+mask none/causal x LSE on/off x ragged/paged, 96 classes), `scores` (`score_classes()`: issue 14's
+softcap / sinks / both classes, ragged only, 216), `all` (every class served: the serving set, the
+window family and the score classes, 360), or a FILE: one class name per line (`LayoutClass.name`,
+`#` comments), or a JSON list of names or of LayoutClass field dicts.
 """
 
 from __future__ import annotations
@@ -88,14 +89,36 @@ def serving_classes(arch: str = "sm_90a") -> list[LayoutClass]:
     ]
 
 
-def all_classes(arch: str = "sm_90a") -> list[LayoutClass]:
-    """Every class the kernels serve on `arch`: the serving set and the window family (144)."""
+def plain_classes(arch: str = "sm_90a") -> list[LayoutClass]:
+    """The classes without softcap or sinks: the serving set and the window family (144)."""
     return [
         LayoutClass(arch, dq, dv, dt, dt, mask, lse, kv)
         for dt, (dq, dv), mask, lse, kv in itertools.product(
             DTYPES, HEAD_DIM_CLASSES, MASK_FAMILIES, (False, True), KV_KINDS
         )
     ]
+
+
+# Issue 14's class flags, each combination the dispatch chooses (backends.layout_class_for).
+SCORE_FLAGS = ({"softcap": True}, {"sinks": True}, {"softcap": True, "sinks": True})
+
+
+def score_classes(arch: str = "sm_90a") -> list[LayoutClass]:
+    """The softcap / sinks classes the kernels serve: softcap, sinks and both x fp16/bf16 x every
+    head-dim class x every mask family x LSE on/off, ragged K/V only (the paged classes have no
+    softcap or sinks code): 3 x 2 x 6 x 3 x 2 = 216 classes."""
+    return [
+        LayoutClass(arch, dq, dv, dt, dt, mask, lse, "ragged", **flags)
+        for flags, dt, (dq, dv), mask, lse in itertools.product(
+            SCORE_FLAGS, DTYPES, HEAD_DIM_CLASSES, MASK_FAMILIES, (False, True)
+        )
+    ]
+
+
+def all_classes(arch: str = "sm_90a") -> list[LayoutClass]:
+    """Every class the kernels serve on `arch`: the 144 plain classes, then the 216 softcap /
+    sinks classes (360)."""
+    return plain_classes(arch) + score_classes(arch)
 
 
 def parse_class_name(name: str) -> LayoutClass:
@@ -151,11 +174,13 @@ def classes_from_file(path: str | os.PathLike) -> list[LayoutClass]:
 
 
 def resolve_classes(spec: str, arch: str = "sm_90a") -> list[LayoutClass]:
-    """`serving`, `all`, or a file (see `classes_from_file`); duplicates dropped, order kept."""
+    """`serving`, `scores`, `all`, or a file (see `classes_from_file`); duplicates dropped, order kept."""
     if arch not in ARCHES:
         raise ValueError(f"arch: expected one of {ARCHES}, got {arch!r}")
     if spec == "serving":
         classes = serving_classes(arch)
+    elif spec == "scores":
+        classes = score_classes(arch)
     elif spec == "all":
         classes = all_classes(arch)
     else:
@@ -583,13 +608,15 @@ def build(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ragged_attn aot build --out DIR [--classes serving|all|FILE] [--jobs N] [--cudart static|shared]`."""
+    """`python -m ragged_attn aot build --out DIR [--classes serving|scores|all|FILE] [--jobs N] [--cudart static|shared]`."""
     ap = argparse.ArgumentParser(prog="python -m ragged_attn aot", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="compile layout classes into DSL-free shared libraries + manifest.json")
     b.add_argument("--out", help="output directory (point RAGGED_ATTN_AOT_DIR at it); needed unless --list")
     b.add_argument(
-        "--classes", default="serving", help="serving (96 classes), all (144) or a FILE of class names"
+        "--classes",
+        default="serving",
+        help="serving (96 classes), scores (softcap / sinks, 216), all (360) or a FILE of class names",
     )
     b.add_argument("--arch", default="sm_90a", choices=ARCHES)
     b.add_argument(

@@ -7,6 +7,7 @@ them with the DSL import blocked; tests/gpu/test_aot_gpu.py runs them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -78,9 +79,25 @@ def test_serving_set_is_the_documented_product():
         (192, 128),
         (256, 256),
     }
-    every = aot.all_classes()
-    assert len(every) == 144 and set(classes) <= set(every)
-    assert {lc.mask for lc in every} - {lc.mask for lc in classes} == {"window"}
+    plain = aot.plain_classes()
+    assert len(plain) == len(set(plain)) == 144 and set(classes) <= set(plain)
+    assert {lc.mask for lc in plain} - {lc.mask for lc in classes} == {"window"}
+    assert not any(lc.softcap or lc.sinks for lc in plain)
+
+
+def test_score_classes_are_the_ragged_softcap_and_sinks_classes():
+    """Issue 14's classes: softcap, sinks and both, every dtype, head-dim class, mask and LSE
+    choice, ragged only (the dispatch declines them with page pools); `all` = plain + these."""
+    scores = aot.score_classes()
+    assert len(scores) == len(set(scores)) == 216
+    assert {(lc.softcap, lc.sinks) for lc in scores} == {(True, False), (False, True), (True, True)}
+    assert {lc.kv for lc in scores} == {"ragged"}
+    assert {lc.mask for lc in scores} == {"none", "causal", "window"}
+    assert {dataclasses.replace(lc, softcap=False, sinks=False) for lc in scores} == {
+        lc for lc in aot.plain_classes() if lc.kv == "ragged"
+    }
+    assert aot.all_classes() == aot.plain_classes() + scores
+    assert aot.resolve_classes("scores") == scores
 
 
 def test_class_names_round_trip():

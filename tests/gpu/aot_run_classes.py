@@ -29,7 +29,8 @@ class _BlockCutlass:
 
 def problem(lc, torch):
     """A small problem of class `lc`: B=2 sequences (lq 5/130, lk 7/200), H_q=4, H_kv=2, the class's
-    exact head dims, paged as an NHD pool of 16-token pages with a shuffled table."""
+    exact head dims, paged as an NHD pool of 16-token pages with a shuffled table; softcap 8.0 and
+    float32 sinks (4,) for a -softcap / -sinks class."""
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[lc.dtype]
     g = torch.Generator(device="cuda").manual_seed(13)
     lq, lk = [5, 130], [7, 200]
@@ -40,6 +41,10 @@ def problem(lc, torch):
         window_size=(32, 8) if lc.mask == "window" else (-1, -1),
         return_lse=lc.lse,
     )
+    if lc.softcap:
+        kw["softcap"] = 8.0
+    if lc.sinks:
+        kw["sinks"] = torch.randn(4, device="cuda", generator=g)
     if lc.kv == "ragged":
         k = torch.randn(sum(lk), 2, lc.d_qk, device="cuda", dtype=dt, generator=g)
         v = torch.randn(sum(lk), 2, lc.d_v, device="cuda", dtype=dt, generator=g)
