@@ -9,11 +9,24 @@ flashinfer/cascade.py and include/flashinfer/attention/cascade.cuh, whose kernel
 weights as exp2(s_i - max) / sum exp2(s_j - max)); `lse_base="ln"` takes FlashAttention's natural-log LSE
 (and ragged_attn.attention's default) instead.
 
-Written with torch ops (any device: CPU, CUDA, meta; torch.compile traces them), numerically
-stable (the row maximum is subtracted before exponentiating, so LSEs of +-1e4 neither overflow
-nor underflow), the weights, sums and products in float32 whatever the input dtype, the output
-rounded once to the input dtype. No kernel yet: on the GPU these are several memory passes, not
-the single pass a fused kernel makes (tests/gpu/test_merge_gpu.py prints the bandwidth).
+What runs where. CUDA tensors on an sm_90 GPU (H100 / H200) go to one fused single-pass kernel
+(ragged_attn/kernels/merge_sm90.py, CuTe DSL, compiled on first use once per (merge_state or
+merge_states, dtype, lse_base) and kept in this process; every extent and stride is a run-time
+value) when v is float16 / bfloat16 / float32 with a unit last stride, head_dim and every other
+stride of v a multiple of 16 bytes' worth of elements (8 for fp16/bf16, 4 for fp32) and a
+16-byte-aligned base; the LSEs may have any strides. Everything else takes the torch-op path:
+CPU and meta tensors, other GPUs, a CuTe DSL that is missing or not the pinned version, other
+strides / head dims / alignment, empty extents, inputs that require grad while grad mode is on
+(autograd records the torch ops), tracing under torch.compile (inductor fuses the torch ops), and
+RAGGED_ATTN_MERGE_KERNEL=0 in the environment (read at every call; tests and
+tools/bench_merge.py use it to time the torch path). The kernel reads every input once and writes
+every output once; its bandwidth on the H200 is not measured yet (tools/bench_merge.py;
+issue 14 asks for >= 70% of the ~4.3 TB/s copy bandwidth). The torch path makes several memory
+passes. Both are numerically stable (the row maximum is subtracted before exponentiating, so LSEs of
++-1e4 neither overflow nor underflow) and compute weights, sums and products in float32 whatever
+the input dtype, rounding the output once to the input dtype; they differ only in float32
+rounding (the kernel sums w_i v_i then divides by sum w_i, the torch path scales each part by
+w_i / sum w_i first). On either path no host sync happens and the launch is CUDA-graph capturable.
 
 Non-finite values (one rule for both functions, tests/test_merge.py checks each case):
   * A part whose LSE is -inf saw no key: it contributes nothing and its v is never read (NaN or
@@ -27,7 +40,10 @@ Non-finite values (one rule for both functions, tests/test_merge.py checks each 
 
 from __future__ import annotations
 
+import functools
 import math
+import os
+import threading
 
 import torch
 
@@ -35,6 +51,9 @@ from . import _checks as chk
 
 LSE_BASES = ("log2", "ln")
 V_DTYPES = chk.INPUT_DTYPES  # float16, bfloat16, float32
+KERNEL_ENV = "RAGGED_ATTN_MERGE_KERNEL"  # "0": CUDA tensors take the torch path too
+_KERNEL_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+_MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (a token's (head, chunk) items / 128)
 
 
 def _device_of(name: str, x: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
@@ -116,6 +135,8 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2"):
             raise ValueError(f"{name}: expected shape {want} (tokens, heads) of v_a, got {tuple(s.shape)}")
     for name, x in (("s_a", s_a), ("v_b", v_b), ("s_b", s_b)):
         _device_of(name, x, "v_a", v_a)
+    if _kernel_serves([v_a, v_b], [s_a, s_b]):
+        return _merge_kernel("pair", (v_a, s_a, v_b, s_b), v_a, lse_base)
     return _combine([v_a, v_b], torch.stack([s_a, s_b], dim=1), lse_base, v_a.dtype)
 
 
@@ -149,7 +170,123 @@ def merge_states(v, s, *, lse_base="log2"):
     if n == 0:
         return (torch.zeros((t, h, d), dtype=v.dtype, device=v.device),
                 torch.full((t, h), -math.inf, dtype=torch.float32, device=v.device))  # fmt: skip
+    if _kernel_serves([v[:, 0]], [s], state_stride=v.stride(1)):
+        return _merge_kernel("stack", (v, s), v[:, 0], lse_base)
     return _combine(list(v.unbind(1)), s, lse_base, v.dtype)
+
+
+# ---- the fused CUDA kernel (ragged_attn/kernels/merge_sm90.py) ------------------------------------
+
+_KERNELS: dict = {}  # MergeKey -> compiled TVM-FFI function (this process only)
+_KERNEL_LOCK = threading.Lock()
+_UNAVAILABLE: list = []  # [reason or None] once checked
+
+
+def _kernel_unavailable() -> str | None:
+    """None when the CuTe DSL merge kernel can be compiled here, else why not (checked once)."""
+    if not _UNAVAILABLE:
+        from .backends import cute_import_error
+
+        reason = cute_import_error()
+        if reason is None:
+            try:
+                from .kernels import merge_sm90  # noqa: F401
+            except ImportError as exc:
+                reason = f"the merge kernel does not import ({exc})"
+        _UNAVAILABLE.append(reason)
+    return _UNAVAILABLE[0]
+
+
+def _on_cuda(x: torch.Tensor) -> bool:
+    return x.is_cuda  # a seam: tests/test_merge_kernel.py stands CPU tensors in for CUDA ones
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _is_sm90(device: torch.device) -> bool:
+    """Whether a CUDA device has compute capability 9.0 (the kernel's sm_90a code runs there)."""
+    return _capability(_device_index(device)) == (9, 0)
+
+
+@functools.cache
+def _capability(index: int) -> tuple:
+    return torch.cuda.get_device_capability(index)
+
+
+def _kernel_fits(views: list[torch.Tensor], state_stride: int | None = None) -> bool:
+    """Whether the kernel's layout contract holds for these (T, H, D) views (merge_state's v_a,
+    v_b; merge_states' state 0 with the state stride): unit last stride, D and the other strides
+    multiples of `vec` elements (16 bytes), 16-byte-aligned bases, non-empty extents, and a grid
+    CUDA can launch. Pure host arithmetic on shapes, strides and data pointers."""
+    v0 = views[0]
+    t, h, d = v0.shape
+    vec = 16 // v0.element_size()
+    if t == 0 or h == 0 or d == 0 or d % vec:
+        return False
+    if -(-h * (d // vec) // 128) > _MAX_GRID_Y:
+        return False
+    strides = [state_stride] if state_stride is not None else []
+    for x in views:
+        if x.stride(2) != 1 or x.data_ptr() % 16:
+            return False
+        strides += [x.stride(0), x.stride(1)]
+    return all(st % vec == 0 for st in strides)
+
+
+def _kernel_serves(views: list[torch.Tensor], lses: list[torch.Tensor], state_stride: int | None = None) -> bool:
+    """Whether these CUDA inputs go to the fused kernel (this module's docstring says when).
+    views: the (T, H, D) v tensors (merge_states: state 0, with `state_stride`); lses: the LSEs.
+    Inputs that require grad (with grad mode on) stay on the torch path, which autograd records."""
+    v0 = views[0]
+    if not _on_cuda(v0) or v0.dtype not in _KERNEL_DTYPES or torch.compiler.is_compiling():
+        return False
+    if os.environ.get(KERNEL_ENV, "1").strip() == "0":
+        return False
+    if torch.is_grad_enabled() and any(x.requires_grad for x in views + lses):
+        return False
+    if not _kernel_fits(views, state_stride) or not _is_sm90(v0.device):
+        return False
+    return _kernel_unavailable() is None
+
+
+def _compiled(key):
+    fn = _KERNELS.get(key)
+    if fn is None:
+        from .kernels.merge_sm90 import compile_merge
+
+        with _KERNEL_LOCK:
+            fn = _KERNELS.get(key)
+            if fn is None:
+                fn = _KERNELS[key] = compile_merge(key)
+    return fn
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _merge_kernel(form: str, args: tuple, v0: torch.Tensor, lse_base: str, out=None, lse=None):
+    """Run the fused kernel on torch's current stream; returns (out (T, H, D), lse (T, H) float32).
+
+    form "pair": args (v_a, s_a, v_b, s_b); "stack": (v, s). v0: a (T, H, D) view of the first
+    part (its dtype, shape and device). out / lse: fresh tensors unless given (tests pass poisoned
+    contiguous buffers to see that every element is written). The caller has checked the inputs
+    and `_kernel_serves`."""
+    from .kernels.merge_sm90 import MergeKey, grid_shape
+
+    t, h, d = v0.shape
+    key = MergeKey(form, _KERNEL_DTYPES[v0.dtype], lse_base)
+    if out is None:
+        out = torch.empty((t, h, d), dtype=v0.dtype, device=v0.device)
+    if lse is None:
+        lse = torch.empty((t, h), dtype=torch.float32, device=v0.device)
+    grid_x, grid_y, span, tpc = grid_shape(t, h, d, key.vec, _sm_count(_device_index(v0.device)))
+    with torch.cuda.device(v0.device):
+        _compiled(key)(*args, out, lse, span, tpc, grid_x, grid_y)
+    return out, lse
 
 
 def merge_states_reference(v, s, *, lse_base="log2"):
