@@ -189,8 +189,9 @@ def test_no_query_rows_with_sinks_leave_padded_lse_minus_inf():
     cu_q = torch.zeros(3, dtype=torch.int32, device="cuda")
     cu_k = torch.tensor([0, 2, 5], dtype=torch.int32, device="cuda")
     lse = torch.full((2, 3, 4), math.nan, device="cuda")
+    sinks = _sinks(4, 0)  # a host-to-device copy: before the block that forbids synchronizing
     with sync_forbidden():
-        out, got = ragged_attn.attention(q, k, k, cu_q, cu_k, 3, 3, sinks=_sinks(4, 0), return_lse=True,
+        out, got = ragged_attn.attention(q, k, k, cu_q, cu_k, 3, 3, sinks=sinks, return_lse=True,
                                          lse_layout="padded", lse=lse, backend="cute")  # fmt: skip
     assert got is lse and out.shape == (0, 4, 64) and (lse == -math.inf).all()
 
