@@ -89,7 +89,7 @@ def attention(
             LSE = sinks[h]. FA4's `learnable_sink`, FlashInfer's attention-sink wrapper, gpt-oss's
             `sinks` (transformers' `s_aux`). Values are not checked (that would read device memory):
             -inf is no sink for that head, +inf takes all the mass (O = 0, LSE = +inf), NaN makes
-            the head's rows NaN. Any stride on the reference; the kernel serves ragged K/V and a
+            the head's rows NaN (O = 0 only in a kernel launch where no row sees a key). Any stride on the reference; the kernel serves ragged K/V and a
             stride-1 tensor (a `-sinks` layout class; the values are run time).
         softcap: 0.0 (off) or a float in [2**-126, float32 max]: the scores s = softmax_scale * q.k
             become softcap * tanh(s / softcap) before the causal / window mask (Gemma 2's
@@ -307,6 +307,13 @@ class Plan:
             )  # fmt: skip
             if result is not None:
                 return result
+        planned_sinks = self.layout_class.sinks if self.layout_class is not None else self.reference_class.endswith("-sinks")
+        if (sinks is not None) != planned_sinks:
+            raise ValueError(
+                "sinks: this plan was made with sinks; pass them (float32 (H_q,)) on every run"
+                if planned_sinks
+                else "sinks: this plan was made without sinks, got a tensor; make a plan with sinks=..."
+            )
         problem, tensors = build_problem(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
             seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, out=out, lse=lse, sinks=sinks,

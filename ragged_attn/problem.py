@@ -184,12 +184,15 @@ def check_softcap(softcap) -> float:
     """softcap: a Python float, 0.0 (off) or in [MIN_SOFTCAP, MAX_SOFTCAP] (finite, normal float32)."""
     if isinstance(softcap, torch.Tensor) or isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
         raise TypeError(f"softcap: expected a Python float (0.0 = off), got {type(softcap).__name__}")
-    softcap = float(softcap)
+    try:
+        softcap = float(softcap)
+    except OverflowError:  # an int beyond float range
+        raise ValueError(f"softcap: expected 0.0 (off) or a finite positive float <= {MAX_SOFTCAP!r}, got {softcap!r}") from None
     if softcap == 0.0:
         return 0.0
     if not MIN_SOFTCAP <= softcap <= MAX_SOFTCAP:  # NaN fails both comparisons
         raise ValueError(
-            f"softcap: expected 0.0 (off) or a finite positive float in [2**-126, {MAX_SOFTCAP:.4g}] (a normal "
+            f"softcap: expected 0.0 (off) or a finite positive float in [2**-126, {MAX_SOFTCAP!r}] (a normal "
             f"float32: the scores are capped in float32), got {softcap!r}"
         )
     return softcap

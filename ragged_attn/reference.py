@@ -11,7 +11,8 @@ in IEEE arithmetic. A NaN (or inf) in a key or value that the row may not see ne
 NaN in a key it may see makes its output and LSE NaN, a NaN in a value it may see makes that
 column of its output NaN. Sinks (issue 14) follow the same arithmetic: a sink of -inf is no sink
 for that head, +inf takes the whole softmax mass (O = 0, LSE = +inf), NaN makes the head's rows
-NaN; softcap maps a score of +-inf to +-softcap (tanh saturates) and NaN to NaN. (`probs @ V` alone would spread `0 * NaN` from masked keys:
+NaN (O and LSE, rows that see no key included; only a kernel launch in which no row sees any key
+writes O = 0 there, its LSE NaN); softcap maps a score of +-inf to +-softcap (tanh saturates) and NaN to NaN. (`probs @ V` alone would spread `0 * NaN` from masked keys:
 `_masked_pv` keeps them out, tests/test_reference.py checks it against a per-row float64 loop.)
 """
 
@@ -200,6 +201,8 @@ def run_reference(problem: Problem, t: Tensors) -> tuple[torch.Tensor, torch.Ten
             probs = torch.exp(scores - torch.where(empty, 0.0, row_lse).unsqueeze(-1))
             # (H_q, r, Dv); rows that see no key are exactly 0
             o = torch.matmul(probs, vf) if finite_v else _masked_pv(probs, vf, allowed[r0:r1])
+            if sinks is not None:  # a NaN sink: its head's rows are NaN, those that see no key too (the kernel's)
+                o = torch.where(row_lse.isnan().unsqueeze(-1), math.nan, o)
             out[qs + r0 : qs + r1] = o.transpose(0, 1).to(out.dtype)
             if lse is not None:
                 _lse_view(problem, lse, b, qs, lq)[r0:r1] = (row_lse * lse_factor).t()

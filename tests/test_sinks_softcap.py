@@ -177,10 +177,10 @@ def test_reference_plan_runs_sinks_per_call_and_softcap_fixed():
         got = p.run(*args, seqused_q=kwargs.get("seqused_q"), sinks=sinks)
         want = ragged_attn.attention(*args, **kwargs, sinks=sinks, softcap=2.0, return_lse=True)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-    with pytest.raises(ValueError, match="make another plan"):
+    with pytest.raises(ValueError, match="^sinks: this plan was made with sinks; pass them"):
         p.run(*args)
     plain = ragged_attn.plan(*args, **kwargs)
-    with pytest.raises(ValueError, match="make another plan"):
+    with pytest.raises(ValueError, match="^sinks: this plan was made without sinks, got a tensor"):
         plain.run(*args, sinks=_sinks(4, 4))
 
 
@@ -281,3 +281,25 @@ def test_under_torch_compile_sinks_and_softcap_go_through_the_op():
          "ln", "auto", sinks, 3.0),
         test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"),
     )  # fmt: skip
+
+
+def test_review_edges_softcap_overflow_nan_sink_and_fa_sink_dtype():
+    """Found by a review (2026-12-03): an int beyond float range is a ValueError naming softcap; a NaN
+    sink makes its head's rows NaN, rows without a key included; FA's learnable_sink names its dtypes."""
+    from ragged_attn.compat.flash_attn import sinks_of
+
+    q = torch.randn(6, 4, 16)
+    k = torch.randn(9, 2, 16)
+    cq, ck = torch.tensor([0, 6], dtype=torch.int32), torch.tensor([0, 9], dtype=torch.int32)
+    with pytest.raises(ValueError, match="^softcap: expected 0.0 .* got 1000"):
+        ragged_attn.attention(q, k, k, cq, ck, 6, 9, softcap=10**400)
+    with pytest.raises(ValueError, match=r"3\.4028234663852886e\+38\]"):
+        ragged_attn.attention(q, k, k, cq, ck, 6, 9, softcap=3.5e38)
+    sinks = torch.tensor([float("nan"), 0.5, -1.0, 2.0])
+    no_keys = torch.randn(0, 2, 16)
+    out, lse = ragged_attn.attention(q, no_keys, no_keys, cq, torch.tensor([0, 0], dtype=torch.int32), 6, 0,
+                                     sinks=sinks, return_lse=True)  # fmt: skip
+    assert torch.isnan(out[:, 0]).all() and torch.isnan(lse[0]).all()
+    assert (out[:, 1:] == 0).all() and torch.equal(lse[1:], sinks[1:, None].expand(3, 6))
+    with pytest.raises(TypeError, match="^learnable_sink: expected dtype float16, bfloat16 or float32 .* got float64"):
+        sinks_of(torch.zeros(4, dtype=torch.float64))

@@ -239,7 +239,7 @@ def test_kernel_plans_with_softcap_and_sinks(on_cuda):
     assert p.layout_class.name.endswith("-window-nolse-ragged-softcap") and p._bound is binds[-1][1]
     p.run(*args)
     assert len(p._bound.calls) == 1 and launches[-1][1].softcap == 9.0  # fast path first, then checked
-    with pytest.raises(ValueError, match="make another plan"):  # a run with sinks needs a -sinks plan
+    with pytest.raises(ValueError, match="^sinks: this plan was made without sinks"):  # needs a -sinks plan
         p.run(*args, sinks=_sinks(4))
     assert len(p._bound.calls) == 1
 
@@ -250,7 +250,7 @@ def test_kernel_plans_with_softcap_and_sinks(on_cuda):
         ps.run(*args, sinks=s)
         lc, problem, t = launches[-1]
         assert lc == ps.layout_class and t.sinks is s and problem.softcap == 9.0
-    with pytest.raises(ValueError, match="make another plan"):
+    with pytest.raises(ValueError, match="^sinks: this plan was made with sinks; pass them"):
         ps.run(*args)
     with pytest.raises(NotImplementedError, match="^sinks: .*stride"):
         ps.run(*args, sinks=torch.zeros(8)[::2])
@@ -260,7 +260,7 @@ def test_plain_plan_refuses_sinks_without_its_fast_path(on_cuda):
     launches, binds = on_cuda
     args, kwargs = Case(1456, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.float16).make()
     p = ragged_attn.plan(*args, **kwargs)
-    with pytest.raises(ValueError, match=r"need layout class .*-sinks, the plan was made for .*-ragged; make another"):
+    with pytest.raises(ValueError, match="^sinks: this plan was made without sinks, got a tensor"):
         p.run(*args, sinks=_sinks(4))
     assert p._bound.calls == [] and launches == []
 

@@ -8,8 +8,8 @@ both against tests/signatures/*.json, recorded from those releases' sources. For
 positional order and its (out, lse) return, import ragged_attn.compat.flash_attn_cute instead.
 
 Pass-through (issue 14): FA's `softcap` (0.0 or None = off) becomes `attention(softcap=...)` and
-FA4's `learnable_sink` ((H_q,) bf16 / fp16 / fp32) becomes `attention(sinks=...)` in float32; both
-are computed by the reference backend, and the GPU kernel declines them by name for now.
+FA4's `learnable_sink` ((H_q,) bf16 / fp16 / fp32) becomes `attention(sinks=...)` in float32; the
+GPU kernel serves both with ragged K/V and declines them by name with a page table.
 
 Rules for what is not served: an option that changes the numbers (dropout, ALiBi, score/mask
 mods, block sparsity, qv / MLA absorption, top-k gather) declines with NotImplementedError naming it; an option that only steers the other library's scheduling (num_splits,
@@ -55,9 +55,16 @@ def softcap_of(softcap):
 
 def sinks_of(learnable_sink):
     """FA4's learnable_sink as `attention`'s sinks: fp16 / bf16 widened to float32 (exact); None, a
-    float32 tensor or anything else (for `attention` to name) as given."""
-    if isinstance(learnable_sink, torch.Tensor) and learnable_sink.dtype in _SINK_DTYPES:
-        return learnable_sink.float()
+    float32 tensor or anything else (for `attention` to name) as given.
+    Raises TypeError for a tensor of another dtype (the three FA4 takes are named)."""
+    if isinstance(learnable_sink, torch.Tensor):
+        if learnable_sink.dtype in _SINK_DTYPES:
+            return learnable_sink.float()
+        if learnable_sink.dtype != torch.float32:
+            raise TypeError(
+                f"learnable_sink: expected dtype float16, bfloat16 or float32 (widened to float32), got "
+                f"{str(learnable_sink.dtype).removeprefix('torch.')}"
+            )
     return learnable_sink
 
 
