@@ -135,23 +135,20 @@ def attention(
     if torch.is_grad_enabled():  # forward only, on every backend and path (the fast one included)
         chk.forward_only(q, k, v, sinks)
     fast_key = None
-    if (
-        lse is None and sinks is None and type(backend) is str and backend != "reference"
-        and type(window_size) is tuple
-    ):  # fmt: skip
+    if lse is None and type(backend) is str and backend != "reference" and type(window_size) is tuple:
         # Options that a full check accepted before (with the same types) need no second check;
         # the tensors always get BoundKernel's predicate. Anything unusual takes the checked path.
         try:
             fast_key = (type(causal), causal, window_size, type(window_size[0]), type(window_size[-1]),
                         type(softmax_scale), softmax_scale, type(return_lse), return_lse, lse_layout, lse_base,
-                        kv_layout, backend, type(softcap), softcap)  # fmt: skip
+                        kv_layout, backend, type(softcap), softcap, sinks is None)  # fmt: skip
             bound = _FAST_PATHS.get(fast_key)
         except (TypeError, IndexError):  # an unhashable option or an empty window: the checked path names it
             bound = fast_key = None
         if bound is not None:
             result = bound.try_launch(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, None,
-                max_seqlen_k,
+                max_seqlen_k, sinks,
             )  # fmt: skip
             if result is not None:
                 return result
@@ -177,10 +174,7 @@ _FAST_PATHS: dict = {}
 
 
 def _bind(layout_class: LayoutClass, problem: Problem, default_scale: bool):
-    """The class's BoundKernel (fast path), or None for a -sinks class: each call's sinks tensor
-    would need checks of its own there, so such calls take the checked path."""
-    if layout_class.sinks:
-        return None
+    """The class's BoundKernel (fast path); a -sinks class's takes each call's sinks."""
     from . import compile_cache
     from .fast_launch import BoundKernel
     from .kernels import sm90
@@ -241,9 +235,9 @@ class Plan:
     and the device type, plus sinks on/off, named by `reference_class`, and refuses another one
     alike. On the kernel, softcap and sinks are layout-class flags: a plan with a softcap runs the
     `-softcap` class (the cap fixed at plan time) through the fast path; a plan with sinks runs the
-    `-sinks` class, each run passing its own `sinks` tensor through the checked path (no fast path:
-    a few tens of microseconds of host time more). On either backend a run must pass sinks exactly
-    when its plan had them.
+    `-sinks` class, each run passing its own `sinks` tensor, also through the fast path (a float32,
+    stride-1 (H_q,) tensor on the plan's device; anything else takes the checked path, which names
+    it). On either backend a run must pass sinks exactly when its plan had them.
     """
 
     def __init__(self, problem: Problem, backend: str, layout_class: LayoutClass | None, options: dict, bound=None):
@@ -288,7 +282,7 @@ class Plan:
         left to its default is 1/sqrt(d_qk) of each call's q. A call whose tensors need another
         layout class is a ValueError. sinks: as `attention` (float32 (H_q,)); a plan made with
         sinks needs them on every run and a plan made without refuses them (ValueError: another
-        class, on both backends); a run with sinks takes the checked path.
+        class, on both backends; ValueError naming sinks).
 
         Returns:
             out, or (out, lse) when the plan returns the LSE.
@@ -300,10 +294,10 @@ class Plan:
         """
         if torch.is_grad_enabled():  # forward only, as `attention`
             chk.forward_only(q, k, v, sinks)
-        if self._bound is not None and sinks is None:  # sinks: the checked path (a -sinks plan binds none)
+        if self._bound is not None:
             result = self._bound.try_launch(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, lse,
-                max_seqlen_k,
+                max_seqlen_k, sinks,
             )  # fmt: skip
             if result is not None:
                 return result

@@ -17,14 +17,17 @@ Rules (DESIGN.md contract 4):
 The argument order of the compiled kernel is asserted against `kernels.sm90.COMPILED_ARGS` at bind
 time, so a kernel change cannot silently shift arguments.
 Issue 14: a `-softcap` class is bound with its plan's cap appended to every call (a wrapper made at
-bind time, so the plain classes' calls are unchanged); a `-sinks` class has no fast path (each
-call's sinks tensor would need its own checks): `api._bind` binds none, and those calls take the
-checked path.
+bind time, so the plain classes' calls are unchanged). A `-sinks` class is bound with a wrapper that
+appends the call's sinks (kept in a thread-local slot between the checks and the call) and the cap;
+`try_launch` takes the sinks only as the kernel reads them: float32 (H_q,), stride 1 (or one head),
+on the plan's device, apart from a caller's `out`. A call with sinks to a class without them, or
+without sinks to a class with them, returns None (the checked path names the mismatch).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 
@@ -56,6 +59,16 @@ def _with_softcap(compiled, softcap: float):
     return call
 
 
+def _with_sinks(compiled, softcap: float, slot):
+    """`compiled` of a -sinks class as a function of the plain classes' arguments: the sinks that
+    `try_launch` put in this thread's `slot` and the plan's cap (ignored without -softcap) follow."""
+
+    def call(*args):
+        return compiled(*args, slot.sinks, softcap)
+
+    return call
+
+
 class BoundKernel:
     """A compiled kernel with the plan's fixed options bound; `try_launch` is the hot path."""
 
@@ -68,6 +81,7 @@ class BoundKernel:
         "_num_ctas",
         "_options",
         "_return_lse",
+        "_sinks_slot",
     )  # fmt: skip
 
     def __init__(self, compiled, problem: Problem, default_scale: bool = False):
@@ -79,9 +93,11 @@ class BoundKernel:
                 "ragged_attn.fast_launch: the sm90 kernel's argument order changed "
                 f"({sm90.COMPILED_ARGS_EXT}); update _ARG_ORDER and try_launch together"
             )
+        self._sinks_slot = None
         if problem.has_sinks:
-            raise ValueError("BoundKernel: a sinks class has no fast path (each call passes its own sinks)")
-        if problem.softcap:
+            self._sinks_slot = threading.local()
+            compiled = _with_sinks(compiled, problem.softcap, self._sinks_slot)
+        elif problem.softcap:
             compiled = _with_softcap(compiled, problem.softcap)
         self._compiled = compiled
         device = problem.device  # compared with Tensor.get_device(): -1 for the CPU
@@ -103,10 +119,10 @@ class BoundKernel:
         self._lse_layout = problem.lse_layout
         self._lse_scale = 1.0 if problem.lse_base == "log2" else _LN2
 
-    def try_launch(self, q, k, v, cu_q, cu_k, max_q, seqused_q, seqused_k, page_table, out, lse, max_k=None):
+    def try_launch(self, q, k, v, cu_q, cu_k, max_q, seqused_q, seqused_k, page_table, out, lse, max_k=None, sinks=None):
         """Launch and return out or (out, lse); None when the checked path must take the call.
         max_k (max_seqlen_k) sizes nothing here; a value the checked path rejects still sends the
-        call there."""
+        call there. sinks: the call's (H_q,) float32 sinks, for a -sinks class only."""
         if lse is not None or page_table is not None or cu_k is None or type(max_q) is not int:
             return None
         if max_k is not None and not (type(max_k) is int and 0 <= max_k < 2**31):
@@ -170,6 +186,18 @@ class BoundKernel:
                     p = used_k.data_ptr()
                     if p < hi and p + ((batch - 1) * used_k.stride(0) + 1) * 4 > lo:
                         return None
+            slot = self._sinks_slot
+            if slot is not None or sinks is not None:
+                if slot is None or not (
+                    type(sinks) is torch.Tensor and sinks.dtype is _F32 and sinks.shape == (h_q,)
+                    and (h_q == 1 or sinks.stride(0) == 1) and sinks.get_device() == self._device
+                ):  # fmt: skip
+                    return None
+                if out is not None:  # the kernel reads the sinks while it writes out
+                    p = sinks.data_ptr()
+                    if p < hi and p + 4 * h_q > lo:
+                        return None
+                slot.sinks = sinks
         except (AttributeError, TypeError, ValueError, IndexError):  # not a tensor, or the wrong rank
             return None
         scale, left, right, bottom_right = self._options

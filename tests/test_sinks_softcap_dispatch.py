@@ -155,13 +155,7 @@ def on_cuda(monkeypatch):
         def try_launch(self, *a):
             self.calls.append(a)
 
-    real_bind = api._bind
-
     def bind(layout_class, problem, default_scale):
-        if layout_class.sinks:  # the real rule: no fast path for a -sinks class
-            assert real_bind(layout_class, problem, default_scale) is None
-            binds.append((layout_class, None))
-            return None
         bound = Bound(layout_class)
         binds.append((layout_class, bound))
         return bound
@@ -216,8 +210,8 @@ def test_attention_launches_the_score_classes(on_cuda, backend):
     ]
     assert [p.softcap for _, p, _ in launches] == [20.0, 0.0, 7.0]
     assert launches[1][2].sinks is sinks and launches[2][2].sinks is sinks
-    # The softcap call (no sinks) bound a fast path for its options; calls with sinks bind none.
-    assert [(lc.name, b is not None) for lc, b in binds] == [(names[0], True)]
+    # Each call's options bound a fast path (sinks on / off is part of the options' key).
+    assert [lc.name for lc, b in binds] == names
 
 
 def test_attention_fast_path_serves_softcap_by_its_value(on_cuda):
@@ -241,13 +235,14 @@ def test_kernel_plans_with_softcap_and_sinks(on_cuda):
     assert len(p._bound.calls) == 1 and launches[-1][1].softcap == 9.0  # fast path first, then checked
     with pytest.raises(ValueError, match="^sinks: this plan was made without sinks"):  # needs a -sinks plan
         p.run(*args, sinks=_sinks(4))
-    assert len(p._bound.calls) == 1
+    assert len(p._bound.calls) == 2  # offered to the fast path (whose real kernel declines it), then named
 
     ps = ragged_attn.plan(*args, **kwargs, sinks=_sinks(4), softcap=9.0, return_lse=True)
-    assert ps.layout_class.name.endswith("-window-lse-ragged-softcap-sinks") and ps._bound is None
+    assert ps.layout_class.name.endswith("-window-lse-ragged-softcap-sinks") and ps._bound is binds[-1][1]
     for seed in (1, 2):
         s = _sinks(4, seed)
         ps.run(*args, sinks=s)
+        assert ps._bound.calls[-1][-1] is s  # the fast path first (the stand-in declines), then checked
         lc, problem, t = launches[-1]
         assert lc == ps.layout_class and t.sinks is s and problem.softcap == 9.0
     with pytest.raises(ValueError, match="^sinks: this plan was made with sinks; pass them"):
@@ -256,13 +251,13 @@ def test_kernel_plans_with_softcap_and_sinks(on_cuda):
         ps.run(*args, sinks=torch.zeros(8)[::2])
 
 
-def test_plain_plan_refuses_sinks_without_its_fast_path(on_cuda):
+def test_plain_plan_refuses_sinks_by_name(on_cuda):
     launches, binds = on_cuda
     args, kwargs = Case(1456, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.float16).make()
     p = ragged_attn.plan(*args, **kwargs)
     with pytest.raises(ValueError, match="^sinks: this plan was made without sinks, got a tensor"):
         p.run(*args, sinks=_sinks(4))
-    assert p._bound.calls == [] and launches == []
+    assert len(p._bound.calls) == 1 and launches == []  # the stand-in declined; nothing launched
 
 
 # --- the arguments that reach the compiled function -------------------------------------------------
@@ -316,16 +311,35 @@ def test_bound_kernel_appends_the_cap_and_leaves_the_plain_call_alone():
     lc = backends.layout_class_for(problem)
     named = dict(zip(sm90.compiled_args(lc), call, strict=True))
     assert named["sinks"] is None and named["softcap"] == 15.0 and named["lse_flat"].numel() == lse.numel()
-    sinks_problem, _ = build_problem(*args, **kwargs, sinks=_sinks(8))
-    with pytest.raises(ValueError, match="sinks class has no fast path"):
-        BoundKernel(EntryModel(), sinks_problem)
+    # A plain or -softcap class's fast path declines any call with sinks.
+    assert bound.try_launch(q, k, v, cu_q, cu_k, mq, None, None, None, None, None, None, _sinks(8)) is None
+    assert len(rec.calls) == 1
 
 
-def test_bind_makes_no_fast_path_for_a_sinks_class(monkeypatch):
-    monkeypatch.setattr(compile_cache, "get_kernel", lambda *a, **k: pytest.fail("compiled for nothing"))
-    args, kwargs = Case(1460, [3], [3], 4, 2, 64, 64, dtype=torch.bfloat16).make()
-    problem, _ = build_problem(*args, **kwargs, sinks=_sinks(4))
-    assert api._bind(backends.layout_class_for(problem), problem, True) is None
+def test_bound_kernel_of_a_sinks_class_takes_each_calls_sinks_as_the_kernel_reads_them():
+    args, kwargs = Case(1460, [3, 4], [3, 6], 8, 2, 128, 128, dtype=torch.bfloat16, causal=True).make()
+    q, k, v, cu_q, cu_k, mq, _ = args
+    problem, _ = build_problem(*args, **kwargs, sinks=_sinks(8), softcap=6.0)
+    lc = backends.layout_class_for(problem)
+    rec = EntryModel()
+    bound = BoundKernel(rec, problem)
+    for seed in (1, 2):
+        s = _sinks(8, seed)
+        out = bound.try_launch(q, k, v, cu_q, cu_k, mq, None, None, None, None, None, None, s)
+        named = dict(zip(sm90.compiled_args(lc), rec.calls[-1], strict=True))
+        assert named["sinks"] is s and named["softcap"] == 6.0 and named["out"] is out
+    declined = [
+        None,  # a -sinks class needs them
+        _sinks(8).double(),  # not float32
+        _sinks(4),  # not (H_q,)
+        torch.zeros(16)[::2],  # not stride 1
+    ]
+    for s in declined:
+        assert bound.try_launch(q, k, v, cu_q, cu_k, mq, None, None, None, None, None, None, s) is None
+    out = torch.empty(7, 8, 128, dtype=torch.bfloat16)
+    inside = out.view(-1)[:16].view(torch.float32)[:8]  # sinks inside out's bytes: the checked path
+    assert bound.try_launch(q, k, v, cu_q, cu_k, mq, None, None, None, out, None, None, inside) is None
+    assert len(rec.calls) == 2
 
 
 # --- the launch path's fills: rows that see no key ------------------------------------------------

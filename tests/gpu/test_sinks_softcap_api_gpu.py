@@ -230,7 +230,7 @@ def test_sinks_plan_takes_each_runs_sinks():
                 lse_layout="padded", lse_base="log2", extra={"softmax_scale": 0.5, "softcap": 8.0})  # fmt: skip
     args, kwargs = case.make("cuda")
     plan = ragged_attn.plan(*args, **kwargs, sinks=_sinks(8, seed), return_lse=True)
-    assert plan.layout_class.name.endswith("-causal-lse-ragged-softcap-sinks")
+    assert plan.layout_class.name.endswith("-causal-lse-ragged-softcap-sinks") and plan._bound is not None
     results = []
     for i in range(3):
         sinks = _sinks(8, seed + i, no_sink_head=i == 1)
@@ -240,7 +240,7 @@ def test_sinks_plan_takes_each_runs_sinks():
         _check(case, seed, args[3], got, want, 2e-2)
         results.append(got[0])
     assert not torch.equal(results[0], results[2]), "the run's sinks were not used"
-    with pytest.raises(ValueError, match="make another plan"):
+    with pytest.raises(ValueError, match="^sinks: this plan was made with sinks"):
         plan.run(*args)
 
 
