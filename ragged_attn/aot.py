@@ -105,8 +105,8 @@ SCORE_FLAGS = ({"softcap": True}, {"sinks": True}, {"softcap": True, "sinks": Tr
 
 def score_classes(arch: str = "sm_90a") -> list[LayoutClass]:
     """The softcap / sinks classes the kernels serve: softcap, sinks and both x fp16/bf16 x every
-    head-dim class x every mask family x LSE on/off, ragged K/V only (the paged classes have no
-    softcap or sinks code): 3 x 2 x 6 x 3 x 2 = 216 classes."""
+    head-dim class x every mask family x LSE on/off, ragged K/V only (the paged ones are not
+    served yet): 3 x 2 x 6 x 3 x 2 = 216 classes."""
     return [
         LayoutClass(arch, dq, dv, dt, dt, mask, lse, "ragged", **flags)
         for flags, dt, (dq, dv), mask, lse in itertools.product(

@@ -106,8 +106,8 @@ def layout_class_for(problem: Problem, arch: str = "sm_90a") -> LayoutClass:
 def check_score_options(problem: Problem) -> None:
     """Issue 14's score options where the kernel does not serve them: NotImplementedError naming them.
 
-    The kernel's `-softcap` / `-sinks` classes take ragged K/V only (the paged classes have no
-    softcap or sinks code), and read sinks as a contiguous (H_q,) float32 vector (stride 1; any
+    The kernel's `-softcap` / `-sinks` classes are served with ragged K/V only (the paged ones
+    compile but wait for their GPU tests: tests/gpu/test_softcap_sinks_gpu.py's paged cases), and read sinks as a contiguous (H_q,) float32 vector (stride 1; any
     stride is valid input, the reference serves it). Everything else with sinks or a softcap runs
     on the kernel.
     """
