@@ -89,7 +89,7 @@ def attention(
             LSE = sinks[h]. FA4's `learnable_sink`, FlashInfer's attention-sink wrapper, gpt-oss's
             `sinks` (transformers' `s_aux`). Values are not checked (that would read device memory):
             -inf is no sink for that head, +inf takes all the mass (O = 0, LSE = +inf), NaN makes
-            the head's rows NaN (O = 0 only in a kernel launch where no row sees a key). Any stride on the reference; the kernel serves ragged K/V and a
+            the head's rows NaN (O and LSE, rows that see no key included). Any stride on the reference; the kernel serves ragged K/V and a
             stride-1 tensor (a `-sinks` layout class; the values are run time).
         softcap: 0.0 (off) or a float in [2**-126, float32 max]: the scores s = softmax_scale * q.k
             become softcap * tanh(s / softcap) before the causal / window mask (Gemma 2's

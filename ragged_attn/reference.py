@@ -11,8 +11,7 @@ in IEEE arithmetic. A NaN (or inf) in a key or value that the row may not see ne
 NaN in a key it may see makes its output and LSE NaN, a NaN in a value it may see makes that
 column of its output NaN. Sinks (issue 14) follow the same arithmetic: a sink of -inf is no sink
 for that head, +inf takes the whole softmax mass (O = 0, LSE = +inf), NaN makes the head's rows
-NaN (O and LSE, rows that see no key included; only a kernel launch in which no row sees any key
-writes O = 0 there, its LSE NaN); softcap maps a score of +-inf to +-softcap (tanh saturates) and NaN to NaN. (`probs @ V` alone would spread `0 * NaN` from masked keys:
+NaN (O and LSE, rows that see no key included, as the kernel's finalize gives them); softcap maps a score of +-inf to +-softcap (tanh saturates) and NaN to NaN. (`probs @ V` alone would spread `0 * NaN` from masked keys:
 `_masked_pv` keeps them out, tests/test_reference.py checks it against a per-row float64 loop.)
 """
 
