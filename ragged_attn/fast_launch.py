@@ -64,7 +64,8 @@ def _with_sinks(compiled, softcap: float, slot):
     `try_launch` put in this thread's `slot` and the plan's cap (ignored without -softcap) follow."""
 
     def call(*args):
-        return compiled(*args, slot.sinks, softcap)
+        sinks, slot.sinks = slot.sinks, None  # the slot keeps no tensor alive after the call
+        return compiled(*args, sinks, softcap)
 
     return call
 
@@ -189,7 +190,7 @@ class BoundKernel:
             slot = self._sinks_slot
             if slot is not None or sinks is not None:
                 if slot is None or not (
-                    type(sinks) is torch.Tensor and sinks.dtype is _F32 and sinks.shape == (h_q,)
+                    isinstance(sinks, torch.Tensor) and sinks.dtype is _F32 and sinks.shape == (h_q,)
                     and (h_q == 1 or sinks.stride(0) == 1) and sinks.get_device() == self._device
                 ):  # fmt: skip
                     return None

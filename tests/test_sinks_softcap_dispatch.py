@@ -323,11 +323,11 @@ def test_bound_kernel_of_a_sinks_class_takes_each_calls_sinks_as_the_kernel_read
     lc = backends.layout_class_for(problem)
     rec = EntryModel()
     bound = BoundKernel(rec, problem)
-    for seed in (1, 2):
-        s = _sinks(8, seed)
+    for s in (_sinks(8, 1), torch.nn.Parameter(_sinks(8, 2), requires_grad=False)):  # gpt-oss: a Parameter
         out = bound.try_launch(q, k, v, cu_q, cu_k, mq, None, None, None, None, None, None, s)
         named = dict(zip(sm90.compiled_args(lc), rec.calls[-1], strict=True))
         assert named["sinks"] is s and named["softcap"] == 6.0 and named["out"] is out
+        assert bound._sinks_slot.sinks is None  # nothing kept alive after the call
     declined = [
         None,  # a -sinks class needs them
         _sinks(8).double(),  # not float32
