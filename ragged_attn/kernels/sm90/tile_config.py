@@ -224,7 +224,9 @@ def tile_config(layout_class) -> TileConfig:
       64 FMULs): 1 x 16384 d128 694.6 -> 682.7 (trees) -> 644.6 (both) [697.7], 28/4 heads 707.2
       -> 694.1 -> 653.9 [706.1], DeepSeek 1 x 16384 699.8 -> 683.9 -> 662.8; short rows within
       +-1%. Not taken: ptxas schedules the chains' latency under other work already (ncu had shown
-      FMNMX and MUFU "wait" stalls), and the branch costs more than the FMULs it skips.
+      FMNMX and MUFU "wait" stalls), and the branch costs more than the FMULs it skips: its SASS
+      (tools/sass_static.py) keeps the instruction count (506 vs 502 per block) but runs the 32
+      F2FP after the branch and its FMULs, where without it ptxas interleaves them with the exp2s.
     - q_first, two interleaved runs (the second's base built before the softmax variants), d128:
       2 x 8192 (64/8) 670.5 -> 677.0 | 669.7 -> 677.3, mixed14 543.7 -> 555.2 | 538.2 -> 549.1,
       16 x 256 222.7 -> 223.3 | 222.9 -> 224.1, 4 x 512 274.7 -> 279.7 | 277.0 -> 280.6, 64 x 128
