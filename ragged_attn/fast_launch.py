@@ -32,8 +32,8 @@ import threading
 import torch
 
 from .backends import MAX_BATCH, MAX_HEADS, MAX_PADDED_LSE_ROWS, MAX_TOKENS
-from .layout_class import head_dim_class
 from .kernels.sm90.launch import tile_counter
+from .layout_class import head_dim_class
 from .problem import Problem
 
 _ARG_ORDER = (

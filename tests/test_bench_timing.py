@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ragged_attn.bench.timing import gpu_ms_interleaved  # noqa: E402
+from ragged_attn.bench.timing import gpu_ms_interleaved
 
 
 def test_interleaved_is_none_on_cpu_and_calls_nothing():

@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
 
-import sass_static  # noqa: E402
+import sass_static
 
 LISTING = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
