@@ -2,8 +2,10 @@
 
 Issue 14 item 3: at least 70% of the H200's copy bandwidth (~4.3 TB/s) on 32k tokens x 32 heads x
 d128. Cases: merge_state (2 states, two contiguous (T, H, D) tensors) and merge_states with S = 2
-and 4 ((T, S, H, D) contiguous), bf16, LSE base 2, 1% of the rows' parts -inf. Each rep: an L2 flush
-(a 256 MiB memset), then CUDA events around one call; the median of REPS reps. GB/s counts the
+and 4 ((T, S, H, D) contiguous), bf16, LSE base 2, 1% of the rows' parts -inf. Times:
+ragged_attn.bench.timing.gpu_ms (each rep after an L2 flush and a sleep head start, so host launch
+time stays out), the median of REPS reps; the 2026-12-03 numbers were taken with CUDA events around
+each call alone (launch latency included). GB/s counts the
 bytes a single pass must move: every input read once (v and the float32 LSEs), every output written
 once. Printed beside it: the fraction of 4.3 TB/s and of a torch copy of the same bytes timed the
 same way. The torch path is timed with RAGGED_ATTN_MERGE_KERNEL=0 (ragged_attn/merge.py).
@@ -25,28 +27,12 @@ sys.path.insert(0, ROOT)
 
 import ragged_attn  # after the sys.path line
 from ragged_attn import merge
+from ragged_attn.bench.timing import gpu_ms
 
 T, H, D, DTYPE = 32768, 32, 128, torch.bfloat16
 TARGET_TBS = 4.3  # the H200's copy bandwidth as issue 14 states it
 REPS = 30
-FLUSH_BYTES = 256 << 20  # > 5x the H200's 50 MiB L2
-
-
-def median_ms(fn, flush: torch.Tensor, reps: int = REPS) -> float:
-    """Median GPU time of fn() in ms, each rep after an L2 flush (events around the call only)."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
+HEAD_START_US = 200.0  # the sleep before each timed call: longer than the host's launch path
 
 
 def cases(gen):
@@ -98,10 +84,10 @@ def main() -> int:
         return 2
     os.environ.pop(merge.KERNEL_ENV, None)
     dev = torch.cuda.get_device_name()
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    cuda = torch.device("cuda")
     gen = torch.Generator(device="cuda").manual_seed(0)
     print(f"# merge bandwidth, {dev}, torch {torch.__version__}, {datetime.date.today()}, "
-          f"T={T} H={H} D={D} {str(DTYPE).replace('torch.', '')}, median of {REPS} after an L2 flush")
+          f"T={T} H={H} D={D} {str(DTYPE).replace('torch.', '')}, median of {REPS} after an L2 flush and a sleep head start")
     print(f"{'case':<20} {'path':<7} {'ms':>8} {'GB/s':>8} {'of 4.3TB/s':>11} {'of copy':>8}")
     for name, fn, v, s in cases(gen):
         kernel, got = first_call(fn)  # compiles on the first call
@@ -111,10 +97,10 @@ def main() -> int:
         moved = v.numel() * v.element_size() + s.numel() * 4 + got[0].numel() * got[0].element_size() + got[1].numel() * 4
         src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
-        copy_ms = median_ms(lambda src=src, dst=dst: dst.copy_(src), flush)
+        copy_ms = gpu_ms(lambda src=src, dst=dst: dst.copy_(src), cuda, HEAD_START_US, REPS)
         del src, dst
         for path, f in (("kernel" if kernel else "torch*", fn), ("torch", with_torch_path(fn))):
-            ms = median_ms(f, flush)
+            ms = gpu_ms(f, cuda, HEAD_START_US, REPS)
             gbs = moved / ms / 1e6  # bytes / (ms * 1e-3 s) / 1e9
             print(f"{name:<20} {path:<7} {ms:8.3f} {gbs:8.0f} {gbs / (TARGET_TBS * 1e3):10.1%} {copy_ms / ms:8.1%}")
         print(f"{'':<20} {'copy':<7} {copy_ms:8.3f} {moved / copy_ms / 1e6:8.0f}  ({moved / 1e9:.3f} GB moved)")

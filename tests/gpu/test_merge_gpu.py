@@ -15,6 +15,7 @@ import torch
 
 import ragged_attn
 from ragged_attn import merge
+from ragged_attn.bench.timing import gpu_ms
 from ragged_attn.merge import merge_states_reference
 
 pytestmark = [
@@ -97,21 +98,6 @@ def test_merge_state_captures_in_a_cuda_graph():
         torch.testing.assert_close(s_out.double(), s_ref, rtol=2e-6, atol=2e-6)
 
 
-def _median_ms(fn, iters=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
 @pytest.mark.parametrize("states", [2, 4])
 def test_merge_bandwidth_32k_tokens_32_heads_d128(states):
     t, h, d, dtype = 32768, 32, 128, torch.bfloat16
@@ -133,10 +119,10 @@ def test_merge_bandwidth_32k_tokens_32_heads_d128(states):
     del v_ref, s_ref
     # Bytes a single-pass merge must move: every input read once, every output written once.
     moved = v.numel() * v.element_size() + s.numel() * 4 + v_m.numel() * v_m.element_size() + s_m.numel() * 4
-    ms = _median_ms(fn)
+    ms = gpu_ms(fn, torch.device("cuda"), head_start_us=200.0, reps=20)
     src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")  # a copy moving the same bytes
     dst = torch.empty_like(src)
-    copy_ms = _median_ms(lambda: dst.copy_(src))
+    copy_ms = gpu_ms(lambda: dst.copy_(src), torch.device("cuda"), head_start_us=200.0, reps=20)
     bw, copy_bw = moved / ms / 1e9, moved / copy_ms / 1e9  # TB/s: bytes / (ms * 1e-3 s) / 1e12
     print(
         f"\n{name} {t} tokens x {h} heads x d{d} bf16 on {torch.cuda.get_device_name()}: {ms:.3f} ms, "
