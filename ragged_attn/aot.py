@@ -23,8 +23,8 @@ prebuilt.py reads it at run time and refuses what does not match.
 
 Class sets (`--classes`): `serving` (`serving_classes()`: fp16/bf16 x every head-dim class x
 mask none/causal x LSE on/off x ragged/paged, 96 classes), `scores` (`score_classes()`: issue 14's
-softcap / sinks / both classes, ragged only, 216), `all` (every class served: the serving set, the
-window family and the score classes, 360), or a FILE: one class name per line (`LayoutClass.name`,
+softcap / sinks / both classes, ragged and paged, 432), `all` (every class served: the serving set,
+the window family and the score classes, 576), or a FILE: one class name per line (`LayoutClass.name`,
 `#` comments), or a JSON list of names or of LayoutClass field dicts.
 """
 
@@ -105,19 +105,19 @@ SCORE_FLAGS = ({"softcap": True}, {"sinks": True}, {"softcap": True, "sinks": Tr
 
 def score_classes(arch: str = "sm_90a") -> list[LayoutClass]:
     """The softcap / sinks classes the kernels serve: softcap, sinks and both x fp16/bf16 x every
-    head-dim class x every mask family x LSE on/off, ragged K/V only (the paged ones are not
-    served yet): 3 x 2 x 6 x 3 x 2 = 216 classes."""
+    head-dim class x every mask family x LSE on/off x ragged/paged K/V (the paged ones served
+    since their GPU tests passed, 2026-12-03): 3 x 2 x 6 x 3 x 2 x 2 = 432 classes."""
     return [
-        LayoutClass(arch, dq, dv, dt, dt, mask, lse, "ragged", **flags)
-        for flags, dt, (dq, dv), mask, lse in itertools.product(
-            SCORE_FLAGS, DTYPES, HEAD_DIM_CLASSES, MASK_FAMILIES, (False, True)
+        LayoutClass(arch, dq, dv, dt, dt, mask, lse, kv, **flags)
+        for flags, dt, (dq, dv), mask, lse, kv in itertools.product(
+            SCORE_FLAGS, DTYPES, HEAD_DIM_CLASSES, MASK_FAMILIES, (False, True), KV_KINDS
         )
     ]
 
 
 def all_classes(arch: str = "sm_90a") -> list[LayoutClass]:
-    """Every class the kernels serve on `arch`: the 144 plain classes, then the 216 softcap /
-    sinks classes (360)."""
+    """Every class the kernels serve on `arch`: the 144 plain classes, then the 432 softcap /
+    sinks classes (576)."""
     return plain_classes(arch) + score_classes(arch)
 
 
@@ -616,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument(
         "--classes",
         default="serving",
-        help="serving (96 classes), scores (softcap / sinks, 216), all (360) or a FILE of class names",
+        help="serving (96 classes), scores (softcap / sinks, 432), all (576) or a FILE of class names",
     )
     b.add_argument("--arch", default="sm_90a", choices=ARCHES)
     b.add_argument(

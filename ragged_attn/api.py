@@ -89,13 +89,15 @@ def attention(
             LSE = sinks[h]. FA4's `learnable_sink`, FlashInfer's attention-sink wrapper, gpt-oss's
             `sinks` (transformers' `s_aux`). Values are not checked (that would read device memory):
             -inf is no sink for that head, +inf takes all the mass (O = 0, LSE = +inf), NaN makes
-            the head's rows NaN (O and LSE, rows that see no key included). Any stride on the reference; the kernel serves ragged K/V and a
-            stride-1 tensor (a `-sinks` layout class; the values are run time).
+            the head's rows NaN (O and LSE, rows that see no key included). Any stride on the
+            reference; the kernel serves a stride-1 tensor, with ragged K/V or page pools (a
+            `-sinks` layout class; the values are run time).
         softcap: 0.0 (off) or a float in [2**-126, float32 max]: the scores s = softmax_scale * q.k
             become softcap * tanh(s / softcap) before the causal / window mask (Gemma 2's
             attn_logit_softcapping, FlashAttention's `softcap`). The kernel serves it with ragged
-            K/V (a `-softcap` layout class; the cap is run time; tanh there is the hardware's
-            tanh.approx.f32, about 2**-11 relative error, so a cap c moves a score by up to ~c * 5e-4).
+            K/V or page pools (a `-softcap` layout class; the cap is run time; tanh there is the
+            hardware's tanh.approx.f32, about 2**-11 relative error, so a cap c moves a score by up
+            to ~c * 5e-4).
         out, lse: optional destinations (shapes above). out's dtype is q's on every backend (the
             kernels write the input dtype; the reference computes in float32 and rounds to q's
             dtype), so another dtype is a TypeError; lse is float32.
@@ -122,8 +124,8 @@ def attention(
             overlapping any input (q, k, v, cu_seqlens_q/k, seqused_q/k, page_table; the message
             names both), or an input that requires grad with grad mode enabled; nothing is written.
         NotImplementedError: the kernel does not serve this valid problem (the message says why,
-            naming the argument: among them `sinks` or `softcap` with page pools, and `sinks` of a
-            stride other than 1); backend="reference" does.
+            naming the argument: among them `sinks` of a stride other than 1); backend="reference"
+            does.
     """
     if is_compiling():  # torch.compile / export: one custom op in the graph (ragged_attn/torch_op.py)
         return torch_op.attention_op(
@@ -208,10 +210,10 @@ def layout_class_of(
     Raises:
         TypeError / ValueError: a bad argument, as `attention` would.
         NotImplementedError: no kernel class serves this problem, or the kernel declines it
-            (sinks or softcap with page pools, sinks of a stride other than 1, more than 65535
-            sequences or query heads, a padded LSE of more than 65535 * 128 rows, 2**29 tokens or
-            more): the message says why. sinks / softcap on ragged K/V give a class with the
-            `sinks` / `softcap` flag (name suffixes -softcap, -sinks).
+            (sinks of a stride other than 1, more than 65535 sequences or query heads, a padded
+            LSE of more than 65535 * 128 rows, 2**29 tokens or more): the message says why.
+            sinks / softcap give a class with the `sinks` / `softcap` flag (name suffixes
+            -softcap, -sinks), with ragged K/V or page pools.
     """
     for name in ("out", "lse", "backend"):
         options.pop(name, None)
@@ -237,7 +239,8 @@ class Plan:
     `-softcap` class (the cap fixed at plan time) through the fast path; a plan with sinks runs the
     `-sinks` class, each run passing its own `sinks` tensor, also through the fast path (a float32,
     stride-1 (H_q,) tensor on the plan's device; anything else takes the checked path, which names
-    it). On either backend a run must pass sinks exactly when its plan had them.
+    it). Paged plans run these classes too, on the checked path (as every run with a page_table).
+    On either backend a run must pass sinks exactly when its plan had them.
     """
 
     def __init__(self, problem: Problem, backend: str, layout_class: LayoutClass | None, options: dict, bound=None):
@@ -366,9 +369,8 @@ def plan(
     page_table / sinks only describe the planned call (a page_table makes it a paged plan, sinks
     a sinks plan): each `run(...)` passes its own. softcap is fixed at plan time. On the kernel
     backend ("cute", or "auto" on CUDA) sinks / softcap choose the `-sinks` / `-softcap` class
-    (compiled now); with page pools they are a NotImplementedError here, at plan time. Returns a
-    `Plan` whose `run(...)` takes tensors of the same layout with any shapes/lengths. Raises as
-    `attention` does.
+    (compiled now), with ragged K/V or page pools. Returns a `Plan` whose `run(...)` takes tensors
+    of the same layout with any shapes/lengths. Raises as `attention` does.
     """
     chk.choice("backend", backend, backends.BACKENDS)
     for name in ("out", "lse"):

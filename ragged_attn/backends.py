@@ -68,8 +68,9 @@ def layout_class_for(problem: Problem, arch: str = "sm_90a") -> LayoutClass:
     """The layout class of a checked problem, or NotImplementedError naming why none serves it.
 
     A problem with sinks or a softcap gets a class with the `sinks` / `softcap` flag (issue 14:
-    the kernel's code differs there; the sink values and the cap stay run-time arguments);
-    `check_score_options` declines the combinations those classes do not serve.
+    the kernel's code differs there; the sink values and the cap stay run-time arguments), with
+    ragged K/V or page pools; `check_score_options` declines what those classes do not serve
+    (a sinks tensor of stride != 1).
     """
     if arch != "sm_90a":
         raise NotImplementedError(f"arch: kernels exist for sm_90a (Hopper), got {arch}; {_USE_REFERENCE}")
@@ -106,21 +107,12 @@ def layout_class_for(problem: Problem, arch: str = "sm_90a") -> LayoutClass:
 def check_score_options(problem: Problem) -> None:
     """Issue 14's score options where the kernel does not serve them: NotImplementedError naming them.
 
-    The kernel's `-softcap` / `-sinks` classes are served with ragged K/V only (the paged ones
-    compile but wait for their GPU tests: tests/gpu/test_softcap_sinks_gpu.py's paged cases), and read sinks as a contiguous (H_q,) float32 vector (stride 1; any
-    stride is valid input, the reference serves it). Everything else with sinks or a softcap runs
-    on the kernel.
+    The kernel's `-softcap` / `-sinks` classes serve ragged K/V and page pools alike (the paged
+    ones passed tests/gpu/test_softcap_sinks_gpu.py's paged cases on an H200, 2026-12-03), and
+    read sinks as a contiguous (H_q,) float32 vector (stride 1; any stride is valid input, the
+    reference serves it): a sinks tensor of another stride (H_q > 1) is declined here. Everything
+    else with sinks or a softcap runs on the kernel.
     """
-    if problem.kv == "paged":
-        for name, on, what in (
-            ("sinks", problem.has_sinks, "attention sinks"),
-            ("softcap", problem.softcap != 0.0, f"the logit softcap (softcap = {problem.softcap!r})"),
-        ):
-            if on:
-                raise NotImplementedError(
-                    f"{name}: the GPU kernel serves {what} with ragged K/V only (k, v (total_k, H_kv, D) with "
-                    f"cu_seqlens_k), got page pools (a page_table was passed); {_USE_REFERENCE}"
-                )
     if problem.has_sinks and problem.sinks_stride != 1:
         raise NotImplementedError(
             f"sinks: the GPU kernel reads a contiguous (H_q,) float32 tensor (stride 1), got stride "
@@ -134,10 +126,11 @@ def check_support(problem: Problem) -> LayoutClass:
     Returns:
         The LayoutClass that will run it.
     Raises:
-        NotImplementedError: with the reason (CPU tensors, GPU arch, dtype, head dims, sinks or
-            softcap with page pools or a sinks tensor of stride != 1 (`check_score_options`),
-            kernel limits; neither a prebuilt kernel for the class nor the DSL installed: the
-            message names the class and both remedies), pointing to backend="reference".
+        NotImplementedError: with the reason (CPU tensors, GPU arch, dtype, head dims, a sinks
+            tensor of stride != 1 (`check_score_options`; sinks and softcap themselves are served
+            with ragged K/V and page pools alike), kernel limits; neither a prebuilt kernel for
+            the class nor the DSL installed: the message names the class and both remedies),
+            pointing to backend="reference".
     """
     if problem.device.type != "cuda":
         raise NotImplementedError(

@@ -42,8 +42,7 @@ class LayoutClass:
         sinks: True when the kernel adds a per-head attention sink (issue 14; a run-time (H_q,)
             float32 tensor). Both default to False and appear in `name` and `as_dict` only when
             True, so every other class keeps its name, compile key and compiled object.
-            (backends.check_support serves them with ragged K/V; the paged ones compile but are
-            declined until their GPU tests pass.)
+            (backends.check_support serves them with ragged K/V and page pools alike.)
     """
 
     arch: str

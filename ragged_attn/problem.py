@@ -87,7 +87,7 @@ class Problem:
     lse_layout: str
     lse_base: str
     lse_s_max: int  # padded LSE rows per sequence; 0 for the other layouts
-    # Issue 14: the score transforms (the kernel's -sinks / -softcap classes, ragged K/V only).
+    # Issue 14: the score transforms (the kernel's -sinks / -softcap classes, ragged or paged K/V).
     has_sinks: bool = False  # a float32 (H_q,) sink logit per query head (Tensors.sinks)
     softcap: float = 0.0  # scores -> softcap * tanh(scores / softcap) after softmax_scale; 0.0 = off
     sinks_stride: int = 1  # sinks' element stride (1 without sinks or with one head; the kernel needs 1)

@@ -29,7 +29,7 @@ from ragged_attn.layout_class import HEAD_DIM_CLASSES, LayoutClass  # noqa: E402
 
 # One representative per head-dim class, the families spread over them, keeps this near half a
 # minute on a 2-core box. ptxas reports (remarks{ptx}) must show no register spills.
-# Issue 14's softcap / sinks classes (served for ragged K/V; tests/gpu/test_softcap_sinks_gpu.py,
+# Issue 14's softcap / sinks classes (served for ragged and paged K/V; tests/gpu/test_softcap_sinks_gpu.py,
 # tests/gpu/test_sinks_softcap_api_gpu.py).
 EXTENDED_CLASSES = [
     LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, "ragged", softcap=True),
@@ -38,8 +38,8 @@ EXTENDED_CLASSES = [
     LayoutClass("sm_90a", 128, 128, "fp16", "fp16", "causal", True, "ragged", softcap=True, sinks=True),
     # The widest head-dim class with both options.
     LayoutClass("sm_90a", 256, 256, "bf16", "bf16", "window", True, "ragged", softcap=True, sinks=True),
-    # Paged with both: built (0 spills), not served until tests/gpu/test_softcap_sinks_gpu.py's paged
-    # cases pass on a GPU (backends.check_score_options declines it).
+    # Paged with both: 0 spills; served since tests/gpu/test_softcap_sinks_gpu.py's paged cases
+    # passed on an H200 (2026-12-03).
     LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged", softcap=True, sinks=True),
 ]
 
@@ -215,7 +215,7 @@ def test_block_range_covers_every_allowed_pair(seed):
             assert n_min == min(used) and n_max == max(used) + 1
 
 
-# --- issue 14: softcap and sinks classes (ragged K/V; tests/gpu/test_softcap_sinks_gpu.py) ---
+# --- issue 14: softcap and sinks classes (ragged and paged K/V; tests/gpu/test_softcap_sinks_gpu.py) ---
 
 
 @pytest.mark.parametrize("lc", EXTENDED_CLASSES, ids=lambda lc: lc.name)

@@ -61,13 +61,20 @@ SNAPSHOT_CALLS = {
     "paged-d64-fp16-window-hnd-page256": dict(pool=(4, 256, 2, "HND"), d=64, dtype=torch.float16,
                                               window_size=(64, 0)),
 } | {
-    # Issue 14: softcap / sinks classes (ragged K/V only; the flags are named only when on).
+    # Issue 14: softcap / sinks classes, ragged and paged K/V (the flags are named only when on).
     "d128-bf16-causal-softcap": dict(causal=True, softcap=30.0),
     "d64-fp16-window-lse-sinks": dict(d=64, dtype=torch.float16, window_size=(128, 0), return_lse=True,
                                       sinks=torch.empty(8, device="meta")),
     "d128-bf16-causal-lse-softcap-sinks": dict(causal=True, return_lse=True, softcap=50.0,
                                                sinks=torch.empty(8, device="meta")),
     "envelope-d80x80-bf16-full-sinks": dict(d=80, sinks=torch.empty(8, device="meta")),
+    "paged-d128-bf16-causal-lse-softcap-sinks-nhd-page16": dict(
+        pool=(40, 16, 9, "NHD"), causal=True, return_lse=True, softcap=50.0,
+        sinks=torch.empty(8, device="meta")),
+    "paged-d64-fp16-window-sinks-hnd-page8": dict(pool=(30, 8, 12, "HND"), d=64, dtype=torch.float16,
+                                                  window_size=(64, 0), sinks=torch.empty(8, device="meta")),
+    "paged-d256-bf16-full-lse-softcap-nhd-page1": dict(pool=(300, 1, 100, "NHD"), d=256, return_lse=True,
+                                                       softcap=30.0),
 }
 
 
@@ -126,14 +133,21 @@ def test_runtime_facts_never_change_the_class(total_q, total_k, batch, h_kv, rat
     h_kv=st.integers(1, 16),
     ratio=st.integers(1, 8),
     row_pad_k=st.sampled_from([0, 16]),
+    cap=st.sampled_from([0.0, 2**-126, 5.0, 50.0]),
+    with_sinks=st.booleans(),
 )
 def test_page_geometry_never_changes_the_class(num_pages, page_size, max_pages, kv_layout, batch, h_kv, ratio,
-                                               row_pad_k):
-    """Page size, page count, table width, pool layout (NHD/HND), heads and strides: run time."""
-    call = meta_call(pool=(num_pages, page_size, max_pages, kv_layout), batch=batch, h_q=h_kv * ratio, h_kv=h_kv,
-                     row_pad_k=row_pad_k, causal=True)
-    assert layout_class_of(**call) == layout_class_of(**meta_call(pool=(8, 16, 4, "NHD"), causal=True))
-    assert layout_class_of(**call).kv == "paged"
+                                               row_pad_k, cap, with_sinks):
+    """Page size, page count, table width, pool layout (NHD/HND), heads and strides: run time; so
+    is the cap, while softcap / sinks on or off picks the paged class with those flags (issue 14)."""
+    h_q = h_kv * ratio
+    score = {"softcap": cap, "sinks": torch.empty(h_q, device="meta") if with_sinks else None}
+    call = meta_call(pool=(num_pages, page_size, max_pages, kv_layout), batch=batch, h_q=h_q, h_kv=h_kv,
+                     row_pad_k=row_pad_k, causal=True, **score)
+    plain = layout_class_of(**meta_call(pool=(8, 16, 4, "NHD"), causal=True))
+    lc = layout_class_of(**call)
+    assert lc.kv == "paged" and (lc.softcap, lc.sinks) == (cap != 0.0, with_sinks)
+    assert lc == LayoutClass(**{**plain.as_dict(), "softcap": cap != 0.0, "sinks": with_sinks})
 
 
 def test_options_that_are_in_the_key_do_change_it():

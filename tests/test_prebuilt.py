@@ -85,17 +85,19 @@ def test_serving_set_is_the_documented_product():
     assert not any(lc.softcap or lc.sinks for lc in plain)
 
 
-def test_score_classes_are_the_ragged_softcap_and_sinks_classes():
-    """Issue 14's classes: softcap, sinks and both, every dtype, head-dim class, mask and LSE
-    choice, ragged only (the dispatch declines them with page pools); `all` = plain + these."""
+def test_score_classes_are_the_softcap_and_sinks_classes_of_every_plain_class():
+    """Issue 14's classes: softcap, sinks and both over every plain class (every dtype, head-dim
+    class, mask, LSE choice and KV kind: ragged and paged, both served by the dispatch);
+    `all` = plain + these."""
     scores = aot.score_classes()
-    assert len(scores) == len(set(scores)) == 216
+    assert len(scores) == len(set(scores)) == 3 * len(aot.plain_classes()) == 432
     assert {(lc.softcap, lc.sinks) for lc in scores} == {(True, False), (False, True), (True, True)}
-    assert {lc.kv for lc in scores} == {"ragged"}
+    assert {lc.kv for lc in scores} == {"ragged", "paged"}
     assert {lc.mask for lc in scores} == {"none", "causal", "window"}
-    assert {dataclasses.replace(lc, softcap=False, sinks=False) for lc in scores} == {
-        lc for lc in aot.plain_classes() if lc.kv == "ragged"
-    }
+    for flags in aot.SCORE_FLAGS:
+        on = (flags.get("softcap", False), flags.get("sinks", False))
+        of_flags = [lc for lc in scores if (lc.softcap, lc.sinks) == on]
+        assert [dataclasses.replace(lc, softcap=False, sinks=False) for lc in of_flags] == aot.plain_classes()
     assert aot.all_classes() == aot.plain_classes() + scores
     assert aot.resolve_classes("scores") == scores
 

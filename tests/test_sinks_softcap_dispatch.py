@@ -34,20 +34,23 @@ def _sinks(h_q: int, seed: int = 0) -> torch.Tensor:
     return (torch.randn(h_q, generator=g) * 2.0).float()
 
 
-def _meta(h_q=8, h_kv=2, d=128, pool=None, **options):
-    """layout_class_of arguments on meta tensors (no GPU); pool=(num_pages, page_size, max_pages)."""
-    meta = {"dtype": torch.bfloat16, "device": "meta"}
+def _meta(h_q=8, h_kv=2, d=128, pool=None, dtype=torch.bfloat16, **options):
+    """layout_class_of arguments on meta tensors (no GPU); pool=(num_pages, page_size, max_pages)
+    or (num_pages, page_size, max_pages, kv_layout) ("NHD" without one)."""
+    meta = {"dtype": dtype, "device": "meta"}
     q = torch.empty(30, h_q, d, **meta)
     cu = torch.empty(3, dtype=torch.int32, device="meta")
     if pool is None:
         k, v = torch.empty(40, h_kv, d, **meta), torch.empty(40, h_kv, d, **meta)
         return dict(q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=20, **options)
-    num_pages, page_size, max_pages = pool
-    k = torch.empty(num_pages, page_size, h_kv, d, **meta)
-    v = torch.empty(num_pages, page_size, h_kv, d, **meta)
+    num_pages, page_size, max_pages, kv_layout = (*pool, "NHD")[:4]
+    dims = (num_pages, page_size, h_kv) if kv_layout == "NHD" else (num_pages, h_kv, page_size)
+    k = torch.empty(*dims, d, **meta)
+    v = torch.empty(*dims, d, **meta)
     table = torch.empty(2, max_pages, dtype=torch.int32, device="meta")
     seqused = torch.empty(2, dtype=torch.int32, device="meta")
-    return dict(q=q, k=k, v=v, cu_seqlens_q=cu, page_table=table, seqused_k=seqused, max_seqlen_q=20, **options)
+    return dict(q=q, k=k, v=v, cu_seqlens_q=cu, page_table=table, seqused_k=seqused, max_seqlen_q=20,
+                kv_layout=kv_layout, **options)  # fmt: skip
 
 
 def _meta_sinks(h_q=8, stride=1):
@@ -97,20 +100,96 @@ def test_softcap_zero_and_no_sinks_keep_the_plain_class():
     assert "softcap" not in plain.as_dict() and "sinks" not in plain.as_dict()
 
 
+# --- page pools: the paged score classes ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options,suffix",
+    [
+        ({"softcap": 30.0}, "-softcap"),
+        ({"sinks": "sinks"}, "-sinks"),
+        ({"softcap": 5, "sinks": "sinks"}, "-softcap-sinks"),
+    ],
+    ids=["softcap", "sinks", "both"],
+)
+def test_page_pools_get_the_paged_score_classes(options, suffix):
+    """With page pools, sinks / softcap pick the paged class with the flags (served since the paged
+    cases of tests/gpu/test_softcap_sinks_gpu.py passed on an H200, 2026-12-03)."""
+    options = {k: (_meta_sinks() if v == "sinks" else v) for k, v in options.items()}
+    plain = ragged_attn.layout_class_of(**_meta(pool=(10, 16, 4), causal=True, return_lse=True))
+    lc = ragged_attn.layout_class_of(**_meta(pool=(10, 16, 4), causal=True, return_lse=True, **options))
+    assert plain.kv == lc.kv == "paged"
+    assert lc.name == plain.name + suffix and lc.name.endswith("-paged" + suffix)
+    assert lc == dataclasses.replace(plain, softcap="softcap" in options, sinks="sinks" in options)
+    assert sm90.compiled_args(lc) == (*sm90.COMPILED_ARGS, "sinks", "softcap")
+    ragged = ragged_attn.layout_class_of(**_meta(causal=True, return_lse=True, **options))
+    assert lc == dataclasses.replace(ragged, kv="paged")  # the same flags as the ragged call's class
+
+
+def test_paged_score_classes_keep_the_cap_and_the_pool_geometry_run_time():
+    """One paged class for every cap, page size, page count, table width and pool layout."""
+    classes = {
+        ragged_attn.layout_class_of(**_meta(pool=pool, window_size=(w, 0), softcap=cap, sinks=_meta_sinks(8)))
+        for cap in (2**-126, 12.5, 50, 3e38)
+        for w in (1, 100)
+        for pool in ((10, 16, 4), (3, 1, 3, "NHD"), (50, 256, 2, "HND"), (0, 8, 1, "HND"))
+    }
+    assert len(classes) == 1
+    (lc,) = classes
+    assert (lc.kv, lc.mask, lc.softcap, lc.sinks) == ("paged", "window", True, True)
+
+
+def test_every_score_class_is_what_the_dispatch_picks():
+    """aot's `scores` set (built by `aot build --classes scores / all`) is the set of classes the
+    dispatch picks for problems with softcap / sinks: ragged and paged, every dtype, head-dim
+    class, mask family and LSE choice."""
+    from ragged_attn import aot
+
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    masks = {"none": {}, "causal": {"causal": True}, "window": {"window_size": (64, 0)}}
+    picked = []
+    for lc in aot.score_classes():
+        options = dict(
+            masks[lc.mask], return_lse=lc.lse, softcap=7.0 if lc.softcap else 0.0,
+            sinks=_meta_sinks() if lc.sinks else None,
+        )  # fmt: skip
+        pool = (12, 16, 5) if lc.kv == "paged" else None
+        assert lc.d_qk == lc.d_v or (lc.d_qk, lc.d_v) == (192, 128)
+        call = _meta(d=lc.d_qk, pool=pool, dtype=dtypes[lc.dtype], **options)
+        if lc.d_v != lc.d_qk:
+            call["v"] = call["v"][..., : lc.d_v]
+        picked.append(ragged_attn.layout_class_of(**call))
+    assert picked == aot.score_classes()
+    assert {lc.kv for lc in picked} == {"ragged", "paged"}
+
+
+def test_check_support_returns_the_paged_score_class(monkeypatch):
+    """check_support itself (a problem described as on cuda:0, the DSL reported present) returns the
+    paged class with the flags for a paged problem with sinks and softcap, and still declines a
+    strided sinks tensor there."""
+    monkeypatch.setattr(backends, "arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(backends, "cute_import_error", lambda: None)
+    args, kwargs = Case(1450, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.float16, causal=True, page_size=4,
+                        kv_layout="HND").make()  # fmt: skip
+    for sinks, softcap in ((_sinks(4), 0.0), (None, 12.5), (_sinks(4), 3.0)):
+        problem, t = build_problem(*args, **kwargs, sinks=sinks, softcap=softcap, return_lse=True)
+        problem = dataclasses.replace(problem, device=torch.device("cuda", 0))
+        lc = backends.check_support(problem)
+        plain = backends.check_support(dataclasses.replace(problem, has_sinks=False, softcap=0.0))
+        assert (lc.kv, lc.softcap, lc.sinks) == ("paged", softcap != 0.0, sinks is not None)
+        assert lc == dataclasses.replace(plain, softcap=softcap != 0.0, sinks=sinks is not None)
+        assert (lc.d_qk, lc.dtype, lc.mask, lc.lse) == (64, "fp16", "causal", True)
+        out = torch.empty(7, 4, 64, dtype=torch.float16)
+        ka = backends.kernel_arguments(problem, t, out, torch.empty(4, 7))
+        assert ka["extended"] is True and ka["sinks"] is sinks and ka["softcap"] == softcap
+        assert ka["page_table"] is kwargs["page_table"] and ka["kv_layout"] == "HND"
+    strided = torch.zeros(8)[::2]
+    problem, _ = build_problem(*args, **kwargs, sinks=strided)
+    with pytest.raises(NotImplementedError, match=r"^sinks: .*got stride 2; pass sinks\.contiguous\(\)"):
+        backends.check_support(dataclasses.replace(problem, device=torch.device("cuda", 0)))
+
+
 # --- what declines ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("option", ["sinks", "softcap"])
-def test_page_pools_decline_by_name(option):
-    value = _meta_sinks() if option == "sinks" else 30.0
-    with pytest.raises(NotImplementedError, match=rf'^{option}: the GPU kernel serves .*ragged K/V only.*page pools.*backend="reference"'):
-        ragged_attn.layout_class_of(**_meta(pool=(10, 16, 4), causal=True, **{option: value}))
-    ragged_attn.layout_class_of(**_meta(pool=(10, 16, 4), causal=True))  # paged without them: served
-
-
-def test_softcap_message_names_the_value():
-    with pytest.raises(NotImplementedError, match=r"^softcap: .*softcap = 12\.5"):
-        ragged_attn.layout_class_of(**_meta(pool=(10, 16, 4), softcap=12.5))
 
 
 def test_sinks_of_another_stride_decline_and_one_head_takes_any_stride():
@@ -170,25 +249,66 @@ def on_cuda(monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["auto", "cute"])
-@pytest.mark.parametrize("option", ["sinks", "softcap"])
-def test_paged_calls_decline_by_name_before_any_launch(on_cuda, option, backend):
+@pytest.mark.parametrize("option", ["sinks", "softcap", "both"])
+def test_paged_calls_launch_the_paged_score_classes(on_cuda, option, backend):
+    """attention and plan / Plan.run with a page table and sinks / softcap reach the kernel's paged
+    score class, with the call's own page table, sinks and cap in the launch."""
+    launches, binds = on_cuda
     args, kwargs = Case(1451, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.float16, causal=True, page_size=4).make()
-    kwargs[option] = _sinks(4) if option == "sinks" else 30.0
-    for call in (ragged_attn.attention, ragged_attn.plan):
-        with pytest.raises(NotImplementedError, match=rf"^{option}: .*ragged K/V only"):
-            call(*args, **kwargs, backend=backend)
-    assert on_cuda == ([], [])
+    table, used_k = kwargs["page_table"], kwargs["seqused_k"]
+    sinks = _sinks(4) if option in ("sinks", "both") else None
+    softcap = 30.0 if option in ("softcap", "both") else 0.0
+    flags = (softcap != 0.0, sinks is not None)
+    ragged_attn.attention(*args, **kwargs, sinks=sinks, softcap=softcap, backend=backend)
+    ((lc, problem, t),) = launches
+    assert (lc.kv, lc.softcap, lc.sinks) == ("paged", *flags)
+    assert lc.name.startswith("sm_90a-d64x64-fp16-fp16-causal-nolse-paged")
+    assert t.page_table is table and t.seqused_k is used_k and t.sinks is sinks and problem.softcap == softcap
+    assert [b[0] for b in binds] == [lc]  # the options' fast path binds the class (a paged call skips it)
+
+    p = ragged_attn.plan(*args, **kwargs, sinks=sinks, softcap=softcap, backend=backend)
+    assert p.layout_class == lc and len(launches) == 1  # planned, nothing launched
+    run_sinks = _sinks(4, seed=7) if sinks is not None else None
+    p.run(*args, page_table=table, seqused_k=used_k, sinks=run_sinks)
+    run_lc, run_problem, run_t = launches[-1]
+    assert run_lc == lc and run_t.page_table is table and run_t.sinks is run_sinks
+    assert run_problem.softcap == softcap and run_problem.kv == "paged"
+    assert len(p._bound.calls) == 1  # offered to the fast path first (it declines a page table)
 
 
-def test_flash_attn_adapter_names_learnable_sink_with_a_page_table(on_cuda):
+def test_flash_attn_adapters_pass_learnable_sink_and_softcap_with_a_page_table(on_cuda):
+    """FA2's block_table and FA4's page_table with learnable_sink / softcap: the adapters pass them
+    through (sinks widened to float32) to the paged score class."""
+    from ragged_attn.compat import flash_attn_cute
     from ragged_attn.compat.flash_attn import flash_attn_varlen_func
 
+    launches, _ = on_cuda
     args, kwargs = Case(1452, [3, 4], [3, 6], 4, 2, 64, 64, dtype=torch.float16, page_size=4).make()
     q, k, v, cu_q, _, mq, mk = args
-    with pytest.raises(NotImplementedError, match=r"^learnable_sink: .*ragged K/V only"):
-        flash_attn_varlen_func(q, k, v, cu_q, None, mq, mk, learnable_sink=_sinks(4), block_table=kwargs["page_table"],
-                               seqused_k=kwargs["seqused_k"])  # fmt: skip
-    assert on_cuda == ([], [])
+    table, used_k = kwargs["page_table"], kwargs["seqused_k"]
+    sink = _sinks(4).to(torch.bfloat16)
+    _, lse, none = flash_attn_varlen_func(
+        q, k, v, cu_q, None, mq, mk, softcap=9.0, learnable_sink=sink, block_table=table, seqused_k=used_k,
+        return_attn_probs=True,
+    )  # fmt: skip
+    assert none is None and lse is not None
+    lc, problem, t = launches[-1]
+    assert (lc.kv, lc.softcap, lc.sinks, lc.lse) == ("paged", True, True, True)
+    assert t.page_table is table and problem.softcap == 9.0
+    assert t.sinks.dtype == torch.float32 and torch.equal(t.sinks, sink.float())
+    _, lse = flash_attn_cute.flash_attn_varlen_func(
+        q, k, v, cu_seqlens_q=cu_q, max_seqlen_q=mq, max_seqlen_k=mk, page_table=table, seqused_k=used_k,
+        learnable_sink=sink.float(),
+    )  # fmt: skip
+    assert lse is None
+    lc2, problem, t = launches[-1]
+    assert lc2 == dataclasses.replace(lc, softcap=False, lse=False) and problem.softcap == 0.0
+    assert t.page_table is table and torch.equal(t.sinks, sink.float())
+    # What the kernel still declines is named in the adapter's spelling: a strided float32 sink.
+    with pytest.raises(NotImplementedError, match=r"^learnable_sink: .*stride 1.*got stride 2"):
+        flash_attn_varlen_func(q, k, v, cu_q, None, mq, mk, learnable_sink=torch.zeros(8)[::2],
+                               block_table=table, seqused_k=used_k)  # fmt: skip
+    assert len(launches) == 2
 
 
 # --- what runs: attention, plan, Plan.run -----------------------------------------------------------
@@ -397,24 +517,27 @@ def test_fill_without_keys_is_minus_inf_without_sinks_and_keeps_a_permuted_padde
     assert (lse2 == -math.inf).all()
 
 
-def test_fill_on_an_empty_page_pool_with_sinks():
-    """The paged fill branch (a pool with no pages) follows the same rule; paged + sinks is not
-    dispatched (check_support), so launch_forward is called directly."""
-    args, kwargs = Case(1463, [4, 2], [0, 0], 4, 4, 64, 64, dtype=torch.bfloat16, lse_layout="token_major").make()
+@pytest.mark.parametrize("lse_base", ["ln", "log2"])
+def test_fill_on_an_empty_page_pool_with_sinks(cpu_launch, lse_base):
+    """The paged fill branch (a pool with no pages) follows the same rule, on the dispatched path:
+    the paged score class, then launch_cute, which fills instead of launching; against the
+    reference on the same call."""
+    args, kwargs = Case(1463, [4, 2], [0, 0], 4, 4, 64, 64, dtype=torch.bfloat16, lse_layout="token_major",
+                        lse_base=lse_base).make()  # fmt: skip
     q, _, _, cu_q, _, mq, _ = args
     pool = torch.empty(0, 16, 4, 64, dtype=torch.bfloat16)
-    table = torch.zeros(2, 1, dtype=torch.int32)
-    used_k = torch.zeros(2, dtype=torch.int32)
-    sinks = _sinks(4, 1463)
+    call = dict(kwargs, page_table=torch.zeros(2, 1, dtype=torch.int32), sinks=_sinks(4, 1463), softcap=6.0,
+                seqused_k=torch.zeros(2, dtype=torch.int32), return_lse=True)  # fmt: skip
     out = torch.full((6, 4, 64), math.nan, dtype=torch.bfloat16)
     lse = torch.full((6, 4), math.nan)
-    sm90.launch_forward(
-        lambda *a: pytest.fail("launched"), q=q, k=pool, v=pool, out=out, lse=lse, cu_seqlens_q=cu_q,
-        cu_seqlens_k=None, seqused_q=None, seqused_k=used_k, batch=2, max_seqlen_q=mq, lse_s_max=0,
-        softmax_scale=0.125, window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, 4, 4, 1),
-        page_table=table, extended=True, sinks=sinks, softcap=0.0,
-    )  # fmt: skip
-    assert (out == 0).all() and torch.equal(lse, sinks.expand(6, 4))
+    problem, t = build_problem(q, pool, pool, cu_q, None, mq, 0, **call, out=out, lse=lse)
+    lc = backends.layout_class_for(problem)
+    assert (lc.kv, lc.softcap, lc.sinks) == ("paged", True, True)
+    got_out, got_lse = backends.launch_cute(lc, problem, t)
+    assert got_out is out and got_lse is lse and cpu_launch.calls == []  # filled, not launched
+    want_out, want_lse = attention_reference(q, pool, pool, cu_q, None, mq, 0, **call)
+    assert (out == 0).all() and torch.equal(out, want_out)
+    assert torch.allclose(lse, want_lse, atol=1e-6, rtol=0) and not torch.isinf(lse).any()
 
 
 @pytest.mark.parametrize("lse_layout", ["head_major", "padded"])

@@ -19,6 +19,7 @@ import ragged_attn
 from ragged_attn import compile_cache
 from ragged_attn.fast_launch import BoundKernel
 from ragged_attn.kernels import sm90
+from ragged_attn.kernels.sm90.launch import sm_count, tile_counter
 
 ROUNDS, CALLS = 21, 500
 
@@ -49,7 +50,11 @@ def main():
     out = torch.empty_like(q)
     plan = ragged_attn.plan(q, k, v, cu, cu, 64, 64, causal=True)
     compiled = compile_cache.get_kernel(plan.layout_class, sm90.compile_forward)
-    bare_args = (q, k, v, out, None, cu, cu, cu, cu, 0, 0, 2, 64, 0, 0.088, -1, 0, 1, 0, 0, 0, 0, 0.69, None)
+    # The compiled kernel's own argument list (launch.launch_forward's call), LSE off.
+    bare_args = (
+        q, k, v, out, None, cu, cu, cu, cu, 0, 0, 2, 64, 0, 0.088, -1, 0, 1, 0, 0, 0, 0, 0.69,
+        sm_count(q.device), tile_counter(q), None,
+    )  # fmt: skip
     noop = BoundKernel(lambda *a: None, plan.problem)
     rows = [
         ("bare TVM-FFI call of the compiled kernel", lambda: compiled(*bare_args)),

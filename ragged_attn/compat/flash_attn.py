@@ -9,7 +9,7 @@ positional order and its (out, lse) return, import ragged_attn.compat.flash_attn
 
 Pass-through (issue 14): FA's `softcap` (0.0 or None = off) becomes `attention(softcap=...)` and
 FA4's `learnable_sink` ((H_q,) bf16 / fp16 / fp32) becomes `attention(sinks=...)` in float32; the
-GPU kernel serves both with ragged K/V and declines them by name with a page table.
+GPU kernel serves both with ragged K/V and with a page table (block_table / page_table) alike.
 
 Rules for what is not served: an option that changes the numbers (dropout, ALiBi, score/mask
 mods, block sparsity, qv / MLA absorption, top-k gather) declines with NotImplementedError naming it; an option that only steers the other library's scheduling (num_splits,
@@ -160,7 +160,7 @@ def flash_attn_varlen_func(
         dropout_p: must be 0.0; alibi_slopes: must be None.
         softcap: 0.0 or None (off), or the cap: scores (after softmax_scale) become
             softcap * tanh(scores / softcap), as FA2 computes them (`attention(softcap=...)`;
-            the kernel serves it with ragged K/V and declines it by name with page tables).
+            the kernel serves it with ragged K/V and with page tables).
         softmax_scale: default 1 / sqrt(D). causal: bottom-right aligned (FA2 >= 2.1, FA4).
         window_size: (left, right), -1 (FA2) or None (FA4) unbounded; with causal the right bound
             is forced to 0, as FA2 and FA4 do.
@@ -172,8 +172,8 @@ def flash_attn_varlen_func(
         return_lse (FA4): returns (out, softmax_lse) as FA4 does. Not with return_attn_probs.
         learnable_sink (FA4): None or an (H_q,) fp16 / bf16 / fp32 tensor of per-head sink logits
             (natural log, not scaled), passed as `attention(sinks=...)` in float32; the LSE
-            includes the sink (the kernel serves it with ragged K/V, a stride-1 sink, and
-            declines it by name with page tables).
+            includes the sink (the kernel serves it with ragged K/V and with page tables; a
+            strided float32 sink is declined by name, pass it contiguous).
         qv, gather_kv_indices, score_mod, score_mod_bwd, mask_mod,
             block_sparse_tensors (FA4): must be None (NotImplementedError names the one set).
         min_seqlen_k, num_splits, pack_gqa, scheduler_metadata, seqlen_k_per_split,

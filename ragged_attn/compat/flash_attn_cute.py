@@ -68,7 +68,7 @@ def flash_attn_varlen_func(
             includes the sink; a row that sees no key gets O = 0, LSE = the sink.
         softcap: 0.0 or None (off), or the cap: scores (after softmax_scale) become
             softcap * tanh(scores / softcap). Both run on either backend; the GPU kernel serves
-            them with ragged K/V (a stride-1 sink) and declines them by name with page_table.
+            them with ragged K/V and with page_table (a stride-1 sink).
         qv, gather_kv_indices, score_mod, score_mod_bwd, mask_mod, block_sparse_tensors: must be
             None (NotImplementedError names it).
         min_seqlen_k, num_splits, pack_gqa, deterministic, scheduler_metadata, seqlen_k_per_split,

@@ -8,7 +8,9 @@ replays one) and `torch.cuda.set_sync_debug_mode("error")` around the kernel cal
 `attention(..., backend="reference")`. Covers GQA, causal (both alignments) and windows, empty
 sequences, rows that see no key (O = 0, LSE = the sink, in the LSE's base), every LSE layout and
 base, the launch path's fills (backends.launch_cute / kernels/sm90/launch.py fill_without_keys),
-CUDA-graph replay of a sinks plan, and what still declines (page pools, strided sinks).
+CUDA-graph replay of a sinks plan, page pools (the paged `-softcap` / `-sinks` classes, served
+since 2026-12-03: attention, a paged plan, the FlashAttention adapters' page_table / block_table,
+an empty pool), and what still declines (strided sinks).
 
 Tolerances (docs/DESIGN.md): out |err| <= 2e-2 + 2e-2 |ref|; LSE within 1e-2, 2e-2 with a
 softcap (the kernel's tanh is tanh.approx.f32, ~2^-11 relative: a cap c moves a score by up to
@@ -19,6 +21,7 @@ Run: PYTHONPATH=$PWD python3 -m pytest tests/gpu/test_sinks_softcap_api_gpu.py -
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 
@@ -329,18 +332,174 @@ def test_transformers_attention_forward_softcap_and_s_aux(masked):
     close(got[keep], want[keep], f"seed {seed}: transformers out")
 
 
-# --- what still declines ---------------------------------------------------------------------------------
+# --- page pools: the paged -softcap / -sinks classes -------------------------------------------------------
+# (case, sinks on, softcap), as GRID, with K/V in page pools: pages in shuffled order, NaN in every slot
+# no sequence references (tests/cases.py), key lengths from seqused_k.
+PAGED_GRID = [
+    # GQA 4:1, NHD pages of 16, causal bottom-right with q_len > k_len (early rows see no key), a
+    # sequence without keys and one without queries, padded LSE in base 2: both options, d128.
+    (Case(21, [300, 0, 77, 1, 40], [300, 5, 400, 129, 0], 16, 4, 128, 128, dtype=torch.bfloat16, causal=True,
+          page_size=16, lse_layout="padded", lse_base="log2", extra={"softmax_scale": 0.5}), True, 8.0),
+    # fp16 d64, HND pages of 64, a causal window, seqused_q gaps, token-major LSE: sinks only.
+    (Case(22, [50, 190, 0], [40, 190, 33], 14, 2, 64, 64, dtype=torch.float16, causal=True, window=(64, 0),
+          page_size=64, kv_layout="HND", lse_layout="token_major", q_gaps=True), True, 0.0),
+    # top-left window (0, 0) with q_len > k_len: rows i >= k_len see no key; a sequence with no
+    # keys; pages of 3 tokens (partial last pages).
+    (Case(23, [200, 90, 7], [64, 40, 0], 6, 2, 128, 128, dtype=torch.bfloat16, causal="top_left",
+          window=(0, 0), page_size=3, lse_base="log2"), True, 0.0),
+    # softcap only, top-left causal, NHD pages of 128 (longer than two of the sequences), GQA 6:1, d64.
+    (Case(24, [130, 77, 1], [64, 190, 1], 12, 2, 64, 64, dtype=torch.bfloat16, causal="top_left",
+          page_size=128, lse_layout="token_major", extra={"softmax_scale": 0.7}), False, 5.0),
+]
 
 
-@pytest.mark.parametrize("option", ["sinks", "softcap"])
-def test_page_pools_decline_by_name(option):
-    case = Case(1, [5, 9], [17, 4], 4, 2, 64, 64, dtype=torch.bfloat16, causal=True, page_size=16)
+def _tensors(args, kwargs) -> list[torch.Tensor]:
+    return [a for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor)]
+
+
+def _unchanged(now: list[torch.Tensor], before: list[torch.Tensor]) -> bool:
+    """Equal, NaN included (the pools hold NaN in unreferenced slots)."""
+    return all(
+        torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
+        for a, b in zip(now, before, strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    "case,with_sinks,softcap", PAGED_GRID, ids=lambda x: x.id if isinstance(x, Case) else str(x)
+)
+def test_paged_attention_matches_reference(case, with_sinks, softcap):
+    seed = _seed()
+    case = dataclasses.replace(case, seed=seed)
     args, kwargs = case.make("cuda")
-    kwargs[option] = _sinks(4, 0) if option == "sinks" else 5.0
-    out = torch.full((args[0].shape[0], 4, 64), math.nan, dtype=torch.bfloat16, device="cuda")
-    with pytest.raises(NotImplementedError, match=rf'^{option}: .*ragged K/V only.*backend="reference"'):
-        ragged_attn.attention(*args, **kwargs, out=out)
-    assert torch.isnan(out).all(), "a declined call wrote out"
+    if softcap:
+        kwargs["softcap"] = softcap
+    if with_sinks:
+        kwargs["sinks"] = _sinks(case.h_q, seed, no_sink_head=seed % 2 == 0)
+    problem, _ = build_problem(*args, **kwargs, return_lse=True)
+    lc = backends.layout_class_for(problem)
+    assert (lc.softcap, lc.sinks, lc.kv) == (bool(softcap), with_sinks, "paged"), lc.name
+    before = [a.clone() for a in _tensors(args, kwargs)]
+    out = torch.full((problem.total_q, case.h_q, case.d_v), math.nan, dtype=case.dtype, device="cuda")
+    lse = torch.full(problem.lse_shape(), math.nan, device="cuda")
+    with sync_forbidden():
+        got = ragged_attn.attention(*args, **kwargs, return_lse=True, out=out, lse=lse, backend="cute")
+    assert got[0] is out and got[1] is lse
+    want = ragged_attn.attention(*args, **kwargs, return_lse=True, backend="reference")
+    _check(case, seed, args[3], got, want, 2e-2 if softcap else 1e-2)
+    rows = valid_rows(case, args[3])
+    others = sorted(set(range(problem.total_q)) - set(rows))
+    if others:
+        assert torch.isnan(out[others]).all(), f"seed {seed}: rows outside every sequence were written"
+    assert _unchanged(_tensors(args, kwargs), before), f"seed {seed}: an input changed"
+    # Without out / lse (allocated by the call; the options' fast path is bound after it): the same numbers.
+    again = ragged_attn.attention(*args, **kwargs, return_lse=True)
+    assert torch.equal(again[0][rows], out[rows]), f"seed {seed}: out differs between calls"
+
+
+def test_paged_plan_runs_new_pools_and_sinks_and_ragged_calls_follow_paged_ones():
+    """A plan with a page table, sinks and a softcap takes each run's pool, page table, lengths and
+    sinks (runs with a page table take the checked path), compiling nothing more. Then attention
+    with the same options on page pools, on ragged K/V and on page pools again: the options' fast
+    path is bound to the paged class after the first call (its entry refuses ragged tensors, so the
+    checked path runs the ragged class), then to the ragged one."""
+    seed = _seed()
+    extra = {"softmax_scale": 0.5, "softcap": 6.0}
+    case = Case(seed, [70, 0, 129], [70, 3, 300], 8, 2, 128, 128, dtype=torch.bfloat16, causal=True,
+                page_size=16, extra=extra)  # fmt: skip
+    args, kwargs = case.make("cuda")
+    plan = ragged_attn.plan(*args, **kwargs, sinks=_sinks(8, seed), return_lse=True)
+    assert (plan.layout_class.kv, plan.layout_class.softcap, plan.layout_class.sinks) == ("paged", True, True)
+    compiles = ragged_attn.cache_info().compiles
+    for i, page_size in enumerate((16, 1, 64)):
+        run_case = Case(seed + 1 + i, [33 * i + 1, 0, 200 - 50 * i], [90 * i, 7, 250], 8, 2, 128, 128,
+                        dtype=torch.bfloat16, causal=True, page_size=page_size, extra=extra)  # fmt: skip
+        a, kw = run_case.make("cuda")
+        sinks = _sinks(8, seed + 1 + i, no_sink_head=i == 1)
+        out = torch.full((a[0].shape[0], 8, 128), math.nan, dtype=torch.bfloat16, device="cuda")
+        with sync_forbidden():
+            got = plan.run(*a, page_table=kw["page_table"], seqused_k=kw["seqused_k"], sinks=sinks, out=out)
+        assert got[0] is out
+        want = ragged_attn.attention(*a, **kw, sinks=sinks, return_lse=True, backend="reference")
+        _check(run_case, seed, a[3], got, want, 2e-2)
+    assert ragged_attn.cache_info().compiles == compiles, "a new pool or page size compiled again"
+
+    sinks = _sinks(8, seed + 7)
+    ragged = dataclasses.replace(case, page_size=0)  # the same options (kv_layout: "NHD", the default)
+    r_args, r_kwargs = ragged.make("cuda")
+    for c, a, kw in ((case, args, kwargs), (ragged, r_args, r_kwargs), (case, args, kwargs)):
+        with sync_forbidden():
+            got = ragged_attn.attention(*a, **kw, sinks=sinks, return_lse=True)
+        want = ragged_attn.attention(*a, **kw, sinks=sinks, return_lse=True, backend="reference")
+        _check(c, seed, a[3], got, want, 2e-2)
+
+
+def test_flash_attn_adapters_with_a_page_table_softcap_and_learnable_sink():
+    """FA4's page_table (key lengths from seqused_k) and FA2's block_table (key lengths from
+    cu_seqlens_k) with softcap and a bf16 learnable_sink, on the kernel's paged class; a sequence
+    without keys gets O = 0 and LSE = its head's sink."""
+    from ragged_attn.compat import flash_attn_cute
+    from ragged_attn.compat.flash_attn import flash_attn_varlen_func
+
+    seed = _seed()
+    case = Case(seed, [70, 0, 129, 5], [70, 3, 300, 0], 8, 2, 128, 128, dtype=torch.bfloat16, causal=True,
+                page_size=16)  # fmt: skip
+    (q, k, v, cu_q, _, mq, mk), kwargs = case.make("cuda")
+    table, used_k = kwargs["page_table"], kwargs["seqused_k"]
+    cu_k = torch.tensor([0, *itertools.accumulate(case.lens_k)], dtype=torch.int32, device="cuda")
+    sink_bf16 = _sinks(8, seed).to(torch.bfloat16)
+    opts = {"causal": True, "softmax_scale": 0.5, "softcap": 6.0}
+    want_o, want_l = ragged_attn.attention(
+        q, k, v, cu_q, None, mq, mk, page_table=table, seqused_k=used_k, **opts, sinks=sink_bf16.float(),
+        return_lse=True, backend="reference",
+    )  # fmt: skip
+    rows = valid_rows(case, cu_q)
+    with sync_forbidden():
+        o, lse = flash_attn_cute.flash_attn_varlen_func(
+            q, k, v, cu_seqlens_q=cu_q, max_seqlen_q=mq, max_seqlen_k=mk, page_table=table, seqused_k=used_k,
+            learnable_sink=sink_bf16, return_lse=True, backend="cute", **opts,
+        )  # fmt: skip
+    close(o[rows], want_o[rows], f"seed {seed}: FA4 paged out")
+    close(lse[:, rows], want_l[:, rows], f"seed {seed}: FA4 paged lse", atol=2e-2, rtol=0)
+    last = slice(int(cu_q[3]), int(cu_q[3]) + 5)  # the sequence without keys
+    assert (o[last] == 0).all(), f"seed {seed}: O of a sequence without keys"
+    sink_rows = sink_bf16.float()[:, None].expand(8, 5)
+    close(lse[:, last], sink_rows, f"seed {seed}: LSE = the sink", atol=1e-5, rtol=0)
+    out = torch.full_like(q, math.nan)
+    with sync_forbidden():
+        o, lse, _ = flash_attn_varlen_func(
+            q, k, v, cu_q, cu_k, mq, mk, block_table=table, learnable_sink=sink_bf16, return_attn_probs=True,
+            out=out, backend="cute", **opts,
+        )  # fmt: skip
+    assert o is out
+    close(o[rows], want_o[rows], f"seed {seed}: FA2 block_table out")
+    close(lse[:, rows], want_l[:, rows], f"seed {seed}: FA2 block_table lse", atol=2e-2, rtol=0)
+
+
+def test_empty_page_pool_with_sinks_and_softcap():
+    """A pool with no pages (launch_cute fills instead of launching): O = 0, LSE = the sink in the
+    rows of the sequences, with no sync."""
+    seed = _seed()
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(9, 8, 128, generator=g).to(torch.bfloat16).cuda()
+    pool = torch.empty(0, 16, 2, 128, dtype=torch.bfloat16, device="cuda")
+    cu_q = torch.tensor([0, 4, 9], dtype=torch.int32, device="cuda")
+    call = {
+        "page_table": torch.zeros(2, 1, dtype=torch.int32, device="cuda"),
+        "seqused_k": torch.zeros(2, dtype=torch.int32, device="cuda"),
+        "causal": True, "softcap": 6.0, "sinks": _sinks(8, seed), "return_lse": True,
+    }  # fmt: skip
+    out = torch.full((9, 8, 128), math.nan, dtype=torch.bfloat16, device="cuda")
+    lse = torch.full((8, 9), math.nan, device="cuda")
+    with sync_forbidden():
+        got = ragged_attn.attention(q, pool, pool, cu_q, None, 5, 0, **call, out=out, lse=lse, backend="cute")
+    assert got[0] is out and got[1] is lse
+    want_o, want_l = ragged_attn.attention(q, pool, pool, cu_q, None, 5, 0, **call, backend="reference")
+    assert (out == 0).all() and torch.equal(out, want_o)
+    close(lse, want_l, f"seed {seed}: LSE = the sink", atol=1e-5, rtol=0)
+
+
+# --- what still declines ---------------------------------------------------------------------------------
 
 
 def test_strided_sinks_decline_and_a_contiguous_copy_runs():

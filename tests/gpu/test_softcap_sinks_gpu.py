@@ -3,8 +3,9 @@
 These tests compile the `-softcap` / `-sinks` layout classes directly, launch them through
 `launch_forward(..., extended=True, sinks=, softcap=)` with out and LSE poisoned (NaN), and compare
 with `attention_reference` (the exact semantics). They were the gate for letting check_support
-serve them (20 passed on an H200, 2026-12-03); the public API's path is
-tests/gpu/test_sinks_softcap_api_gpu.py. Inputs come from `build_problem` +
+serve them: the ragged classes (20 passed on an H200, 2026-12-03), then the paged ones (the paged
+cases below, on an H200 2026-12-03, within a full tests/gpu run of 1044 passed); the public API's
+path is tests/gpu/test_sinks_softcap_api_gpu.py. Inputs come from `build_problem` +
 `backends.kernel_arguments` (which carries extended / sinks / softcap), the product's own path.
 
 Tolerances: out |err| <= 2e-2 + 2e-2 |ref| (bf16 out); LSE within 1e-2, 2e-2 with a softcap (the
@@ -42,9 +43,8 @@ def run(
 ):  # fmt: skip
     """One launch of the class with `softcap` / `sinks` against the reference; returns the class.
     page_size > 0: K/V in an NHD page pool (pages in random order, NaN in the unused ones) read
-    through a page table and seqused_k: the paged classes' softcap / sinks code, built and
-    compiled (0 spills, 2026-12-03) but not served until these cases pass
-    (backends.check_score_options declines paged K/V with either)."""
+    through a page table and seqused_k: the paged classes' softcap / sinks code (0 spills; served
+    by check_support since these cases passed on an H200, 2026-12-03)."""
     from ragged_attn import backends
     from ragged_attn.kernels.sm90 import compiled_args, launch_forward
     from ragged_attn.problem import build_problem
@@ -90,13 +90,10 @@ def run(
         problem, t = build_problem(q, k, v, cu_q, cu_k, mq, mk, **kw)
     out = torch.full((total_q, hq, d), float("nan"), dtype=dtype, device=dev)
     lse = torch.full(problem.lse_shape(), float("nan"), dtype=torch.float32, device=dev)
-    if page_size:  # not served yet: the class the dispatch will pick once check_score_options allows it
-        plain = backends.layout_class_for(dataclasses.replace(problem, has_sinks=False, softcap=0.0))
-        lc = dataclasses.replace(plain, softcap=bool(softcap), sinks=sinks)
-        assert lc.kv == "paged"
-    else:
-        lc = dataclasses.replace(backends.layout_class_for(problem), softcap=bool(softcap), sinks=sinks)
-        assert lc == backends.layout_class_for(problem)  # the dispatch picks the class these tests built
+    plain = backends.layout_class_for(dataclasses.replace(problem, has_sinks=False, softcap=0.0))
+    lc = dataclasses.replace(plain, softcap=bool(softcap), sinks=sinks)
+    assert lc == backends.layout_class_for(problem)  # the dispatch picks the class these tests built
+    assert lc.kv == ("paged" if page_size else "ragged")
     assert compiled_args(lc)[-2:] == ("sinks", "softcap")
     fn = compiled_for(lc)
     kernel_args = backends.kernel_arguments(problem, t, out, lse)
@@ -190,7 +187,7 @@ def test_softcap_and_sinks_together_window_gqa():
         lse_layout="padded", seed=17)  # fmt: skip
 
 
-# ----------------------------------------------------------------------------- paged (not served yet)
+# ---------------------------------------------------------------- paged (served since 2026-12-03)
 @pytest.mark.parametrize("page_size", [16, 64, 128])
 def test_paged_softcap_and_sinks_causal_gqa(page_size):
     run([37, 200, 1, 129], [90, 260, 5, 300], 8, 2, 128, causal=True, softcap=10.0, sinks=True, q_gain=3.0,
