@@ -21,8 +21,8 @@ strides / head dims / alignment, empty extents, inputs that require grad while g
 RAGGED_ATTN_MERGE_KERNEL=0 in the environment (read at every call; tests and
 tools/bench_merge.py use it to time the torch path). The kernel reads every input once and writes
 every output once; on an H200 (2026-12-03, 32k tokens x 32 heads x d128 bf16, tools/bench_merge.py)
-merge_state moves 3428 GB/s (80% of the ~4.3 TB/s copy bandwidth), merge_states 2477 GB/s with 2
-states (58%) and 3385 GB/s with 4 (79%). The torch path makes several memory passes (285-328 GB/s). Both are numerically stable (the row maximum is subtracted before exponentiating, so LSEs of
+merge_state moves 3418 GB/s (80% of the ~4.3 TB/s copy bandwidth), merge_states 3076 GB/s with 2
+states (72%) and 3927 GB/s with 4 (91%). The torch path makes several memory passes (285-328 GB/s). Both are numerically stable (the row maximum is subtracted before exponentiating, so LSEs of
 +-1e4 neither overflow nor underflow) and compute weights, sums and products in float32 whatever
 the input dtype, rounding the output once to the input dtype; they differ only in float32
 rounding (the kernel sums w_i v_i then divides by sum w_i, the torch path scales each part by

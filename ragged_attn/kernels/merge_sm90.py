@@ -177,22 +177,32 @@ class MergeSm90:
         # Pass 1 over the LSEs: the maximum and whether any is NaN or +inf.
         m = Float32(-math.inf)
         bad = cutlass.Boolean(False)
-        if const_expr(self.pair):
-            m, bad = self.max_of_group(mS, mS2, t, 0, head, num_states, m, bad)
-        else:
-            for i0 in cutlass.range(0, num_states, group, unroll=1):
-                m, bad = self.max_of_group(mS, mS2, t, i0, head, num_states, m, bad)
-        # Pass 2, `group` parts at a time: every load of the group is issued before the first use.
         acc = cute.make_rmem_tensor((vec,), Float32)
         acc.fill(0.0)
         total = Float32(0.0)
         frags = [cute.make_rmem_tensor((vec,), self.dtype) for _ in range(group)]
-        if not bad:
-            if const_expr(self.pair):
-                total = self.add_group(mV, mS, mV2, mS2, t, 0, head, chunk, num_states, m, acc, frags, total)
+        if const_expr(self.pair):
+            s = self.lses_of_group(mS, mS2, t, 0, head, num_states)
+            m, bad = self.max_of_group(s, m, bad)
+            if not bad:
+                total = self.add_group(mV, mV2, s, t, 0, head, chunk, m, acc, frags, total)
+        else:
+            if num_states <= group and const_expr(self.dtype.width == 16):
+                # One group (S <= 4): its LSEs are loaded once and kept for pass 2, so a row costs
+                # two dependent memory trips (LSEs, then v), not three. 16-bit v only: with fp32 v
+                # the second copy of the group's code takes 73 registers (7 CTAs per SM need <= 72).
+                s = self.lses_of_group(mS, mS2, t, 0, head, num_states)
+                m, bad = self.max_of_group(s, m, bad)
+                if not bad:
+                    total = self.add_group(mV, mV2, s, t, 0, head, chunk, m, acc, frags, total)
             else:
                 for i0 in cutlass.range(0, num_states, group, unroll=1):
-                    total = self.add_group(mV, mS, mV2, mS2, t, i0, head, chunk, num_states, m, acc, frags, total)
+                    m, bad = self.max_of_group(self.lses_of_group(mS, mS2, t, i0, head, num_states), m, bad)
+                # Pass 2, `group` parts at a time: every load of a group is issued before the first use.
+                if not bad:
+                    for i0 in cutlass.range(0, num_states, group, unroll=1):
+                        s = self.lses_of_group(mS, mS2, t, i0, head, num_states)
+                        total = self.add_group(mV, mV2, s, t, i0, head, chunk, m, acc, frags, total)
         # total >= 1 when some part is finite (the maximum's weight is 1), 0 when none is.
         inv = Float32(0.0)
         if total > Float32(0.0):
@@ -210,21 +220,24 @@ class MergeSm90:
             mL[t, head] = lse
 
     @cute.jit
-    def max_of_group(self, mS, mS2, t: Int32, i0, head: Int32, num_states, m: Float32, bad):
-        """(max(m, LSEs of parts i0 .. i0 + group - 1), bad or any of them NaN / +inf)."""
+    def lses_of_group(self, mS, mS2, t: Int32, i0, head: Int32, num_states):
+        """The LSEs of parts i0 .. i0 + group - 1 of row (t, head), -inf past the last part."""
+        return [self.lse_of(mS, mS2, t, i0 + k, head, num_states) for k in range(self.group)]
+
+    @cute.jit
+    def max_of_group(self, s, m: Float32, bad):
+        """(max(m, the group's LSEs s), bad or any of them NaN / +inf)."""
         for k in cutlass.range_constexpr(self.group):
-            s_k = self.lse_of(mS, mS2, t, i0 + k, head, num_states)
-            bad = bad | (s_k != s_k) | (s_k == Float32(math.inf))  # noqa: PLR0124 (NaN test)
-            m = cute.arch.fmax(m, s_k)
+            bad = bad | (s[k] != s[k]) | (s[k] == Float32(math.inf))  # noqa: PLR0124 (NaN test)
+            m = cute.arch.fmax(m, s[k])
         return m, bad
 
     @cute.jit
-    def add_group(self, mV, mS, mV2, mS2, t: Int32, i0, head: Int32, chunk: Int32, num_states, m: Float32,
+    def add_group(self, mV, mV2, s, t: Int32, i0, head: Int32, chunk: Int32, m: Float32,
                   acc, frags, total: Float32) -> Float32:
-        """acc += sum_k 2^((s_k - m) c) v_k[chunk] over parts i0 + k that are not -inf (the others'
-        v is never read); returns total + the weights. All loads first, then the arithmetic."""
+        """acc += sum_k 2^((s_k - m) c) v_k[chunk] over parts i0 + k whose LSE s_k is not -inf (the
+        others' v is never read); returns total + the weights. All loads first, then the arithmetic."""
         group, vec = self.group, self.vec
-        s = [self.lse_of(mS, mS2, t, i0 + k, head, num_states) for k in range(group)]
         for k in cutlass.range_constexpr(group):
             if s[k] != Float32(-math.inf):
                 src = self.v_row(mV, mV2, t, i0 + k, head)

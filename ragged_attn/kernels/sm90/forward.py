@@ -175,7 +175,7 @@ class RaggedForwardSm90(MmaMainloops):
         self.o_turns = config.o_turns and self.wg_epilogue
         self.o_rows = 64 if self.o_turns else self.tile_m  # sO's rows
         self.l2_kv_head_groups = config.l2_kv_head_groups
-        self.q_first = config.q_first  # ragged loads only (load_tile)
+        self.q_first = config.q_first  # load_tile and load_paged_tile
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
@@ -1043,11 +1043,17 @@ class RaggedForwardSm90(MmaMainloops):
         )  # fmt: skip
         n_block_min, n_block_max = block_info.n_block_range()
         n_blocks = n_block_max - n_block_min
-        if n_blocks <= 0:
-            if warp_idx == 0:
-                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
         if n_blocks > 0:
             kv.fetch_pages(n_block_max - 1)
+        # Q goes after warp 0's share of block 0's K (or alone when the tile sees no key); with
+        # q_first before it, so Q does not wait behind the acquire of the first K stage.
+        if const_expr(self.q_first):
+            if warp_idx == 0:
+                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
+        else:
+            if n_blocks <= 0:
+                if warp_idx == 0:
+                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
             kv.resolve_rows(n_block)
@@ -1057,9 +1063,10 @@ class RaggedForwardSm90(MmaMainloops):
             kv.load(n_block, sK[None, None, kv_state.index], True)
             cute.arch.cp_async_commit_group()
             pipe_k.producer_commit(kv_state)
-            if i == 0:
-                if warp_idx == 0:
-                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
+            if const_expr(not self.q_first):
+                if i == 0:
+                    if warp_idx == 0:
+                        self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
             pipe_v.producer_acquire(kv_state)
             kv.load(n_block, sV[None, None, kv_state.index], False)
             cute.arch.cp_async_commit_group()

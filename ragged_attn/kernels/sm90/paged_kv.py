@@ -7,9 +7,12 @@ Facts this module relies on (FA4's PagedKVManager taught the row-gather idea):
 - Key t of sequence b sits in page `page_table[b, t // page_size]`, slot `t % page_size`.
 - The 128 producer threads copy a (tile_n, d) tile in 16-byte chunks with cp.async (`cp.async.cg`):
   `tpr` threads share a row, `128 // tpr` rows per pass. Each thread resolves the 64-bit addresses
-  of ceil(tile_n / 128) rows per key block (one page-table read each); the threads that copy a
+  of ceil(tile_n / 128) rows per key block (one page-table read each, its page and slot split by a
+  `cute.FastDivmodDivisorV2` of the page size, no IDIV sequence); the threads that copy a
   row fetch its address from the owner by a shuffle inside their group of `tpr` lanes.
-- Rows at or past len_k and columns past the real head dim are predicated off, and a predicated-off
+- A key block wholly inside len_k of a pool as wide as the class is copied without predicates; in
+  the block crossing len_k (and pools narrower than the class) rows at or past len_k and columns
+  past the real head dim are predicated off, and a predicated-off
   cp.async writes zeros (PTX `cp.async ... 16, src_size` with src_size 0, which is what the DSL
   emits for `pred`): nothing outside a sequence's keys reaches shared memory, so the NaN or
   garbage in unused pool slots never reaches S or P V (0 * NaN is NaN, masking alone would not
@@ -67,6 +70,7 @@ class PagedKV:
         tile_n: int,
         d_qk: int,
         d_v: int,
+        page_div=None,  # cute.FastDivmodDivisorV2 of the page size (made here when None)
     ):
         self.mK = mK
         self.mV = mV
@@ -84,9 +88,12 @@ class PagedKV:
         self.addr_k = cute.make_rmem_tensor((self.entries,), Int64)
         self.addr_v = cute.make_rmem_tensor((self.entries,), Int64)
         self.pages = cute.make_rmem_tensor((self.entries,), Int32)  # `fetch_pages`' page indices
+        # Page size divisions by multiply-high (no IDIV sequence per key block and row).
+        self.page_div = page_div if page_div is not None else cute.FastDivmodDivisorV2(Int32(cute.size(mK.shape[1])))
+        self.slots = cute.make_rmem_tensor((self.entries,), Int32)  # and the rows' slots in them
 
     # Device values travel through run-time loops as a flat list of IR values.
-    _dynamic = ("mK", "mV", "mPages", "len_k", "tidx", "addr_k", "addr_v", "pages")
+    _dynamic = ("mK", "mV", "mPages", "len_k", "tidx", "addr_k", "addr_v", "pages", "slots", "page_div")
 
     def __extract_mlir_values__(self):
         values, self._counts = [], []
@@ -148,19 +155,18 @@ class PagedKV:
         `resolve_rows(n_block)` uses them. Issued one block ahead, their latency hides under the
         producer's waits for free stages instead of sitting between a stage's release and its
         cp.async (measured on an H200: see tile_config.py)."""
-        page_size = cute.size(self.mK.shape[1])
         for e in cutlass.range_constexpr(self.entries):
-            self.pages[e] = Int32(self.mPages[self.row_token(n_block, e) // page_size])
+            page_idx, slot = divmod(self.row_token(n_block, e), self.page_div)
+            self.pages[e] = Int32(self.mPages[page_idx])
+            self.slots[e] = slot
 
     @cute.jit
     def resolve_rows(self, n_block: Int32):
         """Addresses of this thread's rows of key block n_block, from the page indices that
         `fetch_pages(n_block)` read."""
-        page_size = cute.size(self.mK.shape[1])
         for e in cutlass.range_constexpr(self.entries):
-            token = self.row_token(n_block, e)
             page = self.pages[e]
-            slot = token - (token // page_size) * page_size
+            slot = self.slots[e]
             self.addr_k[e] = (self.mK.iterator + cute.crd2idx((page, slot, 0), self.mK.layout)).toint()
             self.addr_v[e] = (self.mV.iterator + cute.crd2idx((page, slot, 0), self.mV.layout)).toint()
 
@@ -182,20 +188,32 @@ class PagedKV:
         # Rows of this thread with index below the limit hold keys of the sequence.
         row_limit = self.len_k - n_block * self.tile_n - tXcX[0][0]
         mask_and_clamp = ((cute.arch.WARP_SIZE - self.tpr) << 8) | (cute.arch.WARP_SIZE - 1)
-        for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
-            row_addr = cute.arch.shuffle_sync(
-                addr[m // self.tpr], m % self.tpr, mask_and_clamp=mask_and_clamp
-            )
-            row_ok = tXc0X[0, m, 0][0] < row_limit
-            for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
-                col = tXcX[0, m, k][1]
-                pred = cute.make_fragment_like(tXsX[(0, None), m, k], cutlass.Boolean)
-                pred.fill(row_ok & (col < d_real))
-                src_ptr = cute.make_ptr(
-                    self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
-                )
-                src = cute.make_tensor(src_ptr, tXsX[None, m, k].layout)
-                cute.copy(self.tiled_copy, src, tXsX[None, m, k], pred=pred)
+        # A block wholly inside len_k of a pool as wide as the class copies without predicates
+        # (the block crossing len_k and padded head dims keep them): the predicated form costs
+        # an ISETP and three SELs per 16-byte copy (SASS, tools/sass_static.py).
+        whole = (n_block + 1) * self.tile_n <= self.len_k and d_real == d
+        if whole:
+            for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
+                row_addr = cute.arch.shuffle_sync(addr[m // self.tpr], m % self.tpr, mask_and_clamp=mask_and_clamp)
+                for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
+                    col = tXcX[0, m, k][1]
+                    src_ptr = cute.make_ptr(
+                        self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
+                    )
+                    cute.copy(self.tiled_copy, cute.make_tensor(src_ptr, tXsX[None, m, k].layout), tXsX[None, m, k])
+        else:
+            for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
+                row_addr = cute.arch.shuffle_sync(addr[m // self.tpr], m % self.tpr, mask_and_clamp=mask_and_clamp)
+                row_ok = tXc0X[0, m, 0][0] < row_limit
+                for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
+                    col = tXcX[0, m, k][1]
+                    pred = cute.make_fragment_like(tXsX[(0, None), m, k], cutlass.Boolean)
+                    pred.fill(row_ok & (col < d_real))
+                    src_ptr = cute.make_ptr(
+                        self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
+                    )
+                    src = cute.make_tensor(src_ptr, tXsX[None, m, k].layout)
+                    cute.copy(self.tiled_copy, src, tXsX[None, m, k], pred=pred)
         assert elems * self.tpr * cute.size(tXsX, mode=[2]) == d
 
 

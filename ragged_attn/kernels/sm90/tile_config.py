@@ -65,10 +65,10 @@ class TileConfig:
     # in query heads, as if each read K/V of its own (fewer heads per group under GQA). Measured
     # (session 7): within noise; kept off for measurement only.
     l2_kv_head_groups: bool = False
-    # The producer issues a tile's Q load before its first K block (ragged); off: after it, so the
-    # K stage the MMA warpgroups wait for first is not queued behind Q. On for d128 (two K/V stages:
-    # off, a tile's Q waits behind its first K stage's acquire); within noise at d64, mixed at d192
-    # (measured in session 7, the docstring below).
+    # The producer issues a tile's Q load before its first K block (ragged and paged); off: after
+    # it, so the K stage the MMA warpgroups wait for first is not queued behind Q. On for d128 (two
+    # K/V stages: off, a tile's Q waits behind its first K stage's acquire); within noise at d64,
+    # mixed at d192 (measured in sessions 7 and 8, the docstring below).
     q_first: bool = False
 
     def __post_init__(self) -> None:
@@ -243,6 +243,20 @@ def tile_config(layout_class) -> TileConfig:
     - d64 16 x 256 (one run, 20 rounds): 128 x 4 stages 135.8 -> 138.2; tile_n 64 with 6 stages
       145.0 [cuDNN SDPA 138.8], 0 spills. Not taken yet: the other d64 rows and its GPU tests are
       not run (the next lead for the short d64 rows).
+    Measured on an H200, 2026-12-03 (session 8), same method (docs/benchmarks/2026-12-03-h200-issue10-session8):
+    - tile_n 64 with 6 stages at d64 ("n64") | 4 stages at d128, against 128-key blocks: 16 x 256
+      d64 134.1 -> 144.2 [cuDNN SDPA 135.6], 64 x 128 105.0 -> 112.3, 4 x 512 165.8 -> 167.2, but
+      mixed14 392.4 -> 371.8 and 2 x 8192 556.0 -> 487.9; d128 16 x 256 220.5 -> 230.0, 4 x 512
+      278.6 -> 283.9, 64 x 128 160.1 -> 159.9, mixed14 537.6 -> 502.8, 2 x 8192 (64/8) 682.7 ->
+      595.7, 1 x 16384 698.4 -> 602.6. Not taken (one kernel per class; the long rows lose 5-14%).
+      Four stages at d64 / d32 ("s4"): within +-2%.
+    - Three K/V stages at d128 (q_stages 1, O in Q's buffer), ragged: 1 x 16384 700.4 -> 667.0,
+      28/4 heads 705.3 -> 672.3; paged (longtail14, page 16/64/128): 361-363 -> 329-330. Not taken.
+    - L2 groups of 64 | 16 MiB (tile_scheduler.L2_KV_BYTES) against 32: 1 x 16384 d128 700.4 ->
+      699.9 | 699.9, DeepSeek 1 x 16384 689.8 -> 692.5 | 677.1 [FA4 696.0]. Not taken.
+    - Paged d128 (longtail14, 32/8, page 16/64/128; ragged 406): q_first and the predicate-free
+      whole-block gather (paged_kv.py) 356-357 -> 361-363 [FA4 308-331]; the gather alone 352-354
+      (its ~35% fewer producer instructions change nothing: ncu put paged's loss elsewhere).
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
@@ -262,7 +276,8 @@ def _tiles(layout_class) -> TileConfig:
     if d_qk <= 96:
         return TileConfig(128, 128, 3, pingpong=False, overlap=True)
     if d_qk <= 128:
-        # q_first: measured twice (session 7), +0.3..+2.1% on every d128 row but 64 x 128 (+-0.8%).
+        # q_first: measured twice (session 7), +0.3..+2.1% on every d128 row but 64 x 128 (+-0.8%);
+        # paged (session 8) +1.5% with the whole-block gather.
         return TileConfig(128, 128, 2, pingpong=True, overlap=True, q_first=True)
     if d_qk <= 192:
         return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True)
