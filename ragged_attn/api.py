@@ -320,19 +320,27 @@ class Plan:
             wanted = reference_class_of(problem)
             if wanted != self.reference_class:
                 raise ValueError(
-                    f"q: these tensors need class {wanted}, the plan was made for {self.reference_class}; "
-                    "make another plan"
+                    f"{_mismatch_argument(wanted, self.reference_class)}: these tensors need class {wanted}, "
+                    f"the plan was made for {self.reference_class}; make another plan"
                 )
             o, l_ = run_reference(problem, tensors)
             return (o, l_) if problem.return_lse else o
         layout_class = backends.check_support(problem)
         if layout_class != self.layout_class:
             raise ValueError(
-                f"q: these tensors need layout class {layout_class.name}, the plan was made for "
-                f"{self.layout_class.name}; make another plan"
+                f"{_mismatch_argument(layout_class.name, self.layout_class.name)}: these tensors need layout "
+                f"class {layout_class.name}, the plan was made for {self.layout_class.name}; make another plan"
             )
         o, l_ = backends.launch_cute(layout_class, problem, tensors)
         return (o, l_) if problem.return_lse else o
+
+
+def _mismatch_argument(wanted: str, planned: str) -> str:
+    """The argument a run's class mismatch is named after: page_table when ragged and paged K/V
+    differ (class names end in "-ragged" / "-paged" before any flag suffix), else q."""
+    if ("-paged" in wanted) != ("-paged" in planned):
+        return "page_table"
+    return "q"
 
 
 def reference_class_of(problem: Problem) -> str:

@@ -198,7 +198,6 @@ class BoundKernel:
                     p = sinks.data_ptr()
                     if p < hi and p + 4 * h_q > lo:
                         return None
-                slot.sinks = sinks
         except (AttributeError, TypeError, ValueError, IndexError):  # not a tensor, or the wrong rank
             return None
         scale, left, right, bottom_right = self._options
@@ -209,6 +208,8 @@ class BoundKernel:
                 out = q.new_empty((total_q, h_q, d_v))
                 if flag_q:
                     out.zero_()
+            if slot is not None:  # set last: a call that returns None keeps no tensor alive
+                slot.sinks = sinks
             try:
                 self._compiled(
                     q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
@@ -235,6 +236,8 @@ class BoundKernel:
             out = q.new_empty((total_q, h_q, d_v))
             if flag_q:
                 out.zero_()
+        if slot is not None:
+            slot.sinks = sinks
         try:
             self._compiled(
                 q, k, v, out, lse.view(-1), cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, s_max,

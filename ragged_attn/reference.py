@@ -85,10 +85,12 @@ def _lengths(t: Tensors, problem: Problem) -> tuple[list[int], list[int], list[i
         len_k = used
     if problem.kv == "paged":
         capacity = problem.max_pages_per_seq * problem.page_size
+        source = "seqused_k" if t.seqused_k is not None else "cu_seqlens_k"  # where the key lengths came from
         for i in range(b):
             if len_k[i] > capacity:
                 raise ValueError(
-                    f"seqused_k: expected at most max_pages * page_size = {capacity} keys, got {len_k[i]} at sequence {i}"
+                    f"{source}: expected at most max_pages * page_size = {capacity} keys per sequence, got "
+                    f"{len_k[i]} at sequence {i}"
                 )
         cu_k = [0] * (b + 1)
         for i in range(b):

@@ -152,6 +152,20 @@ def _attention_into_fake(*args) -> None:
     return None
 
 
+def _check_schema_types(tensors: dict, optional_tensors: dict, strings: dict) -> None:
+    """TypeError naming the argument for what the ops' schema cannot carry (torch's own check
+    raises a RuntimeError about the op's signature instead), before any dispatch."""
+    for name, x in tensors.items():
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    for name, x in optional_tensors.items():
+        if x is not None and not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor or None, got {type(x).__name__}")
+    for name, x in strings.items():
+        if not isinstance(x, str):
+            raise TypeError(f"{name}: expected a string, got {x!r} ({type(x).__name__})")
+
+
 def attention_op(
     q,
     k,
@@ -187,6 +201,12 @@ def attention_op(
     """
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"window_size: expected a pair (left, right) of ints >= -1, got {window_size!r}")
+    _check_schema_types(
+        tensors={"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q},
+        optional_tensors={"cu_seqlens_k": cu_seqlens_k, "seqused_q": seqused_q, "seqused_k": seqused_k,
+                          "page_table": page_table, "sinks": sinks, "out": out, "lse": lse},
+        strings={"kv_layout": kv_layout, "lse_layout": lse_layout, "lse_base": lse_base, "backend": backend},
+    )  # fmt: skip
     softcap = check_softcap(softcap)  # the schema's float would take a bool or round a huge int
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
             kv_layout, causal_name(causal), window_size[0], window_size[1], softmax_scale, return_lse, lse_layout,

@@ -158,6 +158,11 @@ BAD_PAGED = [
     # Page pools: cu_seqlens_k gives lengths only (its differences), so no bound on its entries but >= 0.
     ("paged-cu-k-decreasing", ValueError, ["cu_seqlens_k", "non-decreasing offsets >= 0", "5 then 3"],
      lambda kw: kw.update(seqused_k=None, cu_seqlens_k=torch.tensor([0, 5, 3, 16], dtype=torch.int32))),
+    # More keys than the page table's pages hold: named after where the lengths came from.
+    ("paged-seqused-k-over-capacity", ValueError, ["seqused_k", "max_pages * page_size = 16", "got 17"],
+     lambda kw: kw.update(seqused_k=torch.tensor([5, 0, 17], dtype=torch.int32))),
+    ("paged-cu-k-over-capacity", ValueError, ["cu_seqlens_k", "max_pages * page_size = 16", "got 17"],
+     lambda kw: kw.update(seqused_k=None, cu_seqlens_k=torch.tensor([0, 5, 5, 22], dtype=torch.int32))),
     ("paged-k-rank", ValueError, ["k", "4-D"], lambda kw: kw.update(k=kw["k"][0])),
     ("paged-v-pool-differs", ValueError, ["v", "pool shape"], lambda kw: kw.update(v=torch.randn(4, 8, H_KV, D).bfloat16())),
     # Issue 11: an out over the page table was written, overwrote the table, then raised IndexError.

@@ -33,6 +33,23 @@ def test_cpu_plan_refuses_another_layout_class(change, dtype, h_q, h_kv, d):
         plan.run(*_args(dtype=dtype, h_q=h_q, h_kv=h_kv, d=d))
 
 
+def test_a_paged_plan_run_with_ragged_tensors_names_page_table():
+    """Ragged against paged K/V is the page table's doing, so the error names it, both ways (found
+    by a breaking session, 2026-12-03: it named q)."""
+    q, k, v, cu_q, cu_k, mq, mk = _args()
+    pool = torch.randn(4, 4, 2, 64).to(torch.bfloat16)
+    paged = {"page_table": torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
+             "seqused_k": torch.tensor([5, 7], dtype=torch.int32)}  # fmt: skip
+    plan = ragged_attn.plan(q, pool, pool, cu_q, None, mq, 8, **paged)
+    with pytest.raises(ValueError, match=r"^page_table: these tensors need class .*-ragged-.* plan was made for .*-paged-"):
+        plan.run(q, k, v, cu_q, cu_k, mq, mk)
+    plan = ragged_attn.plan(q, k, v, cu_q, cu_k, mq, mk)
+    with pytest.raises(ValueError, match=r"^page_table: these tensors need class .*-paged-"):
+        plan.run(q, pool, pool, cu_q, None, mq, 8, **paged)
+    with pytest.raises(ValueError, match=r"^q: these tensors need class"):  # the same K/V kind: q's dtype
+        plan.run(*_args(dtype=torch.float16))
+
+
 def test_cpu_plan_accepts_calls_of_the_same_class():
     plan = ragged_attn.plan(*_args(d=64), return_lse=True)
     # Head counts, lengths and a head dim inside the same class (40 rides the d64 class) are run time.

@@ -460,6 +460,25 @@ def test_bound_kernel_of_a_sinks_class_takes_each_calls_sinks_as_the_kernel_read
     inside = out.view(-1)[:16].view(torch.float32)[:8]  # sinks inside out's bytes: the checked path
     assert bound.try_launch(q, k, v, cu_q, cu_k, mq, None, None, None, out, None, None, inside) is None
     assert len(rec.calls) == 2
+    assert bound._sinks_slot.sinks is None  # declined calls keep nothing alive either
+
+
+def test_a_sinks_call_declined_after_its_checks_keeps_no_sinks_alive():
+    """A padded-LSE call past the kernel's padded-row limit is declined after the sinks passed
+    their checks: the slot must stay empty (found by a breaking session, 2026-12-03)."""
+    args, kwargs = Case(1465, [3, 4], [3, 6], 8, 2, 128, 128, dtype=torch.bfloat16, causal=True,
+                        lse_layout="padded").make()  # fmt: skip
+    q, k, v, cu_q, cu_k, mq, _ = args
+    problem, _ = build_problem(*args, **kwargs, sinks=_sinks(8), return_lse=True)
+    rec = EntryModel()
+    bound = BoundKernel(rec, problem)
+    s = _sinks(8, 3)
+    too_many_rows = backends.MAX_PADDED_LSE_ROWS + 1
+    assert bound.try_launch(q, k, v, cu_q, cu_k, too_many_rows, None, None, None, None, None, None, s) is None
+    assert rec.calls == [] and getattr(bound._sinks_slot, "sinks", None) is None
+    out, lse = bound.try_launch(q, k, v, cu_q, cu_k, mq, None, None, None, None, None, None, s)
+    named = dict(zip(sm90.compiled_args(backends.layout_class_for(problem)), rec.calls[-1], strict=True))
+    assert named["sinks"] is s and named["lse_flat"].numel() == lse.numel() and bound._sinks_slot.sinks is None
 
 
 # --- the launch path's fills: rows that see no key ------------------------------------------------
@@ -487,16 +506,22 @@ def test_fill_without_keys_gives_the_sink_to_rows_of_sequences(lse_layout, lse_b
     sinks = _sinks(6, 1461)
     sinks[4] = -math.inf  # no sink for head 4: -inf as without sinks
     problem, t = build_problem(*args, **kwargs, sinks=sinks, return_lse=True)
-    want_o, want_lse = attention_reference(*args, **kwargs, sinks=sinks, return_lse=True)
-    out = torch.full((problem.total_q, 6, 64), math.nan, dtype=torch.float16)  # another dtype than q
+    # Poisoned caller buffers: rows outside every sequence (gaps, the rows after the last one) must
+    # keep the poison, as on the reference given the same buffers (api.attention: never written).
+    out = torch.full((problem.total_q, 6, 64), 7.0, dtype=torch.float16)  # another dtype than q
     lse = torch.full(problem.lse_shape(), math.nan)
+    want_o, want_lse = attention_reference(
+        *args, **kwargs, sinks=sinks, return_lse=True, out=out.to(args[0].dtype), lse=lse.clone()
+    )  # fmt: skip (the reference writes q's dtype; 7.0 and 0 are exact in both)
     ka = backends.kernel_arguments(problem, t, out, lse)
     sm90.launch_forward(lambda *a: pytest.fail("launched"), **ka)
-    assert (out == 0).all()
-    assert torch.equal(torch.isinf(lse), torch.isinf(want_lse)) and not torch.isnan(lse).any()
+    assert torch.equal(out, want_o.to(out.dtype))
+    inside = want_o[:, 0, 0] == 0  # the sequences' rows (O = 0); the others kept 7.0
+    assert inside.any() and (lse_layout == "padded" or not inside.all())
+    assert torch.equal(torch.isnan(lse), torch.isnan(want_lse)) and torch.equal(torch.isinf(lse), torch.isinf(want_lse))
     fin = torch.isfinite(want_lse)
     assert torch.allclose(lse[fin], want_lse[fin], atol=1e-6, rtol=0), (lse, want_lse)
-    assert torch.equal(lse[~fin], want_lse[~fin])
+    assert torch.equal(lse[torch.isinf(want_lse)], want_lse[torch.isinf(want_lse)])
 
 
 def test_fill_without_keys_is_minus_inf_without_sinks_and_keeps_a_permuted_padded_buffer():
@@ -514,7 +539,7 @@ def test_fill_without_keys_is_minus_inf_without_sinks_and_keeps_a_permuted_padde
     problem, t = build_problem(*args, **kwargs, return_lse=True)
     lse2 = torch.full(problem.lse_shape(), math.nan)
     sm90.launch_forward(lambda *a: pytest.fail("launched"), **backends.kernel_arguments(problem, t, out, lse2))
-    assert (lse2 == -math.inf).all()
+    assert (lse2 == -math.inf).all()  # padded: every row is a sequence's row or a padded row past one
 
 
 @pytest.mark.parametrize("lse_base", ["ln", "log2"])
@@ -538,6 +563,32 @@ def test_fill_on_an_empty_page_pool_with_sinks(cpu_launch, lse_base):
     want_out, want_lse = attention_reference(q, pool, pool, cu_q, None, mq, 0, **call)
     assert (out == 0).all() and torch.equal(out, want_out)
     assert torch.allclose(lse, want_lse, atol=1e-6, rtol=0) and not torch.isinf(lse).any()
+
+
+@pytest.mark.parametrize("with_sinks", [True, False], ids=["sinks", "plain"])
+def test_fill_on_an_empty_page_pool_keeps_rows_outside_every_sequence(cpu_launch, with_sinks):
+    """A caller's out / lse rows that no sequence covers (here rows 3-4 after the only sequence)
+    are never written, on the fill branch too (found by a breaking session, 2026-12-03: the fill
+    zeroed the whole out and set the whole LSE to -inf)."""
+    gen = torch.Generator().manual_seed(1464)
+    q = torch.randn(5, 2, 64, generator=gen).bfloat16()
+    pool = torch.empty(0, 16, 2, 64, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 3], dtype=torch.int32)
+    sinks = torch.randn(2, generator=gen) if with_sinks else None
+    call = dict(page_table=torch.zeros(1, 1, dtype=torch.int32), seqused_k=torch.zeros(1, dtype=torch.int32),
+                sinks=sinks, return_lse=True)  # fmt: skip
+    out = torch.full((5, 2, 64), 7.0).bfloat16()
+    lse = torch.full((2, 5), 7.0)
+    want_o, want_lse = attention_reference(q, pool, pool, cu, None, 3, 0, **call, out=out.clone(), lse=lse.clone())
+    problem, t = build_problem(q, pool, pool, cu, None, 3, 0, **call, out=out, lse=lse)
+    backends.launch_cute(backends.layout_class_for(problem), problem, t)
+    assert cpu_launch.calls == []  # filled, not launched
+    assert torch.equal(out, want_o) and (out[:3] == 0).all() and (out[3:] == 7.0).all()
+    assert torch.allclose(lse, want_lse, atol=1e-6, rtol=0) and (lse[:, 3:] == 7.0).all()
+    if with_sinks:
+        assert torch.allclose(lse[:, :3], sinks[:, None].expand(2, 3))
+    else:
+        assert (lse[:, :3] == -math.inf).all()
 
 
 @pytest.mark.parametrize("lse_layout", ["head_major", "padded"])

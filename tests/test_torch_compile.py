@@ -157,6 +157,20 @@ def test_attention_op_names_arguments_the_schema_cannot_carry(causal, window):
         ragged_attn.attention_op(*args, causal=causal, window_size=window)
 
 
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [({"sinks": [0.0, 0.0]}, "sinks"), ({"page_table": [[0]]}, "page_table"), ({"kv_layout": 3}, "kv_layout"),
+     ({"out": "buffer"}, "out"), ({"lse_base": None}, "lse_base")],
+    ids=["sinks-list", "page-table-list", "kv-layout-int", "out-str", "lse-base-none"],
+)  # fmt: skip
+def test_attention_op_names_arguments_of_types_the_schema_cannot_carry(kwargs, name):
+    """torch's schema check would raise a RuntimeError about the op's signature; attention_op names
+    the argument first (found by a breaking session, 2026-12-03)."""
+    args = _inputs(94, [3], [3])
+    with pytest.raises(TypeError, match=rf"^{name}: expected"):
+        ragged_attn.attention_op(*args, **kwargs)
+
+
 @pytest.mark.filterwarnings("ignore:Error detected in GeneratedBackwardFor_ragged_attn")
 def test_compiling_a_backward_names_the_forward_only_op():
     block = _Block(32, causal=True)

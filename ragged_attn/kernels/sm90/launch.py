@@ -255,41 +255,56 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
     return cute.compile(kernel, *args, stream, options=options)
 
 
-def fill_without_keys(
-    lse, sinks, cu_seqlens_q, seqused_q, batch: int, total_q: int, lse_s_max: int, lse_strides, lse_base_is_log2: bool
-) -> None:
-    """The LSE of a launch in which no row sees a key, written with torch ops on the current
-    stream (no device-to-host read): -inf everywhere; with sinks ((H_q,) float32), the rows of
-    the sequences get sinks[h] (times log2(e) in base 2), as the kernel's `finalize_sink` gives a
-    row that saw no key. Rows outside every sequence (gaps, before cu_seqlens_q[0], after the
-    last one) and padded rows past a length keep -inf. lse, lse_strides, lse_s_max as in
-    `launch_forward` (s_b != 0: a padded (B, s_max, H_q) buffer; else token rows t at t * s_tok).
-    Sequence b holds rows [cu_seqlens_q[b], cu_seqlens_q[b] + len_b), len_b = seqused_q[b] or
-    cu_seqlens_q[b + 1] - cu_seqlens_q[b]."""
+def rows_inside(cu_seqlens_q, seqused_q, batch: int, total_q: int):
+    """A bool (total_q,) tensor on cu_seqlens_q's device, True at the token rows of the sequences:
+    sequence b holds rows [cu_seqlens_q[b], cu_seqlens_q[b] + len_b), len_b = seqused_q[b] or
+    cu_seqlens_q[b + 1] - cu_seqlens_q[b]. Torch ops only (no device-to-host read): +1 where a
+    sequence starts, -1 where it ends, and a positive prefix sum is inside one."""
     import torch
 
-    lse.fill_(float("-inf"))
-    if sinks is None or batch == 0 or lse.numel() == 0:
-        return
-    dev = lse.device
-    h_q = sinks.shape[0]
-    value = sinks * (1.0 / LN2) if lse_base_is_log2 else sinks  # (H_q,) in the LSE's base
+    dev = cu_seqlens_q.device
     starts = cu_seqlens_q[:batch].long()
     lens = seqused_q[:batch].long() if seqused_q is not None else cu_seqlens_q[1 : batch + 1].long() - starts
+    marks = torch.zeros(total_q + 1, dtype=torch.long, device=dev)
+    ones = torch.ones_like(starts)
+    marks.scatter_add_(0, starts.clamp(0, total_q), ones)
+    marks.scatter_add_(0, (starts + lens.clamp(min=0)).clamp(0, total_q), -ones)
+    return marks[:total_q].cumsum(0) > 0
+
+
+def fill_without_keys(
+    lse, sinks, cu_seqlens_q, seqused_q, batch: int, total_q: int, h_q: int, lse_s_max: int, lse_strides,
+    lse_base_is_log2: bool,
+) -> None:
+    """The LSE of a launch in which no row sees a key, written with torch ops on the current
+    stream (no device-to-host read), where the kernel would write it: the rows of the sequences get
+    -inf, or with sinks ((H_q,) float32) sinks[h] (times log2(e) in base 2), as the kernel's
+    `finalize_sink` gives a row that saw no key; padded rows past a length get -inf; rows outside
+    every sequence (gaps, before cu_seqlens_q[0], after the last one) are not written (a caller's
+    buffer keeps them). lse, lse_strides, lse_s_max as in `launch_forward` (s_b != 0: a padded
+    (B, s_max, H_q) buffer; else token rows t at t * s_tok). Sequences as in `rows_inside`."""
+    import torch
+
+    if batch == 0 or lse.numel() == 0:
+        return
+    dev = lse.device
+    if sinks is None:
+        value = torch.full((h_q,), float("-inf"), device=dev)
+    else:
+        value = (sinks * (1.0 / LN2) if lse_base_is_log2 else sinks).to(dev)  # (H_q,) in the LSE's base
     s_b, s_tok, s_row, s_h = lse_strides
     span = 1 + sum((n - 1) * s for n, s in zip(lse.shape, lse.stride()) if n > 0)
     flat = lse.as_strided((span,), (1,))
-    if s_b:  # padded: row i of sequence b at b * s_b + i * s_row
+    if s_b:  # padded: row i of sequence b at b * s_b + i * s_row; every row is written
+        starts = cu_seqlens_q[:batch].long()
+        lens = seqused_q[:batch].long() if seqused_q is not None else cu_seqlens_q[1 : batch + 1].long() - starts
         inside = torch.arange(lse_s_max, device=dev)[None, :] < lens[:, None]  # (B, s_max)
         view = flat.as_strided((batch, lse_s_max, h_q), (s_b, s_row, s_h))
-    else:  # token rows: +1 where a sequence starts, -1 where it ends; a positive prefix sum is inside one
-        marks = torch.zeros(total_q + 1, dtype=torch.long, device=dev)
-        ones = torch.ones_like(starts)
-        marks.scatter_add_(0, starts.clamp(0, total_q), ones)
-        marks.scatter_add_(0, (starts + lens.clamp(min=0)).clamp(0, total_q), -ones)
-        inside = marks[:total_q].cumsum(0) > 0  # (total_q,)
+        view.copy_(torch.where(inside[..., None], value, float("-inf")))
+    else:  # token rows: only the sequences' rows
+        inside = rows_inside(cu_seqlens_q, seqused_q, batch, total_q)
         view = flat.as_strided((total_q, h_q), (s_tok, s_h))
-    view.copy_(torch.where(inside[..., None], value.to(dev), float("-inf")))
+        view.copy_(torch.where(inside[:, None], value, view))
 
 
 def launch_forward(
@@ -342,9 +357,9 @@ def launch_forward(
     No queries (total_q == 0) or an empty page pool are served with torch fills on the current
     stream (the whole out/lse buffers), since TMA descriptors cannot describe an empty extent; no
     keys (ragged total_k == 0) runs the kernel with q and out standing in for k and v. The fills
-    follow the kernel's rules (`fill_without_keys`): O = 0; LSE -inf, or with sinks the head's
-    sink for the rows of a sequence (they see no key) and -inf for padded rows past a length and
-    rows outside every sequence.
+    follow the kernel's rules (`fill_without_keys`, `rows_inside`): O = 0 and LSE -inf, or with sinks
+    the head's sink, on the rows of the sequences (they see no key); -inf for padded rows past a
+    length; rows outside every sequence are not written (a caller's out and LSE keep them).
     """
     if batch == 0 or q.shape[1] == 0 or max(max_seqlen_q, lse_s_max) == 0:
         return
@@ -361,11 +376,14 @@ def launch_forward(
         # in for v): every row sees nothing, O = 0 and LSE = -inf (the sink with sinks).
         if lse is not None and (lse_s_max > 0 or q.shape[0] > 0):
             fill_without_keys(
-                lse, sinks if q.shape[0] > 0 else None, cu_seqlens_q, seqused_q, batch, q.shape[0], lse_s_max,
-                lse_strides, lse_base_is_log2,
+                lse, sinks if q.shape[0] > 0 else None, cu_seqlens_q, seqused_q, batch, q.shape[0], q.shape[1],
+                lse_s_max, lse_strides, lse_base_is_log2,
             )  # fmt: skip
-        if q.shape[0] > 0:
-            out.zero_()
+        if q.shape[0] > 0:  # O = 0 on the sequences' rows; rows outside every sequence are not written
+            import torch
+
+            inside = rows_inside(cu_seqlens_q, seqused_q, batch, q.shape[0])
+            out.copy_(torch.where(inside[:, None, None], 0.0, out))
         return
     if page_table is not None:
         if kv_layout == "HND":
