@@ -589,7 +589,8 @@ def _run(args: argparse.Namespace) -> int:
         ("transformers attn_implementation='ragged_attn'", hf_row),
         ("first call padded / packed", f"{pad_first * 1e3:.2f} / {pack_first * 1e3:.2f} ms"),
         ("backend", _backend_label(args.backend, model, packed)),
-        ("device / dtype", f"{device.type} / {dtype_name}"),
+        ("device / dtype", f"{device.type} / {dtype_name}"
+         + (f" ({torch.get_num_threads()} CPU threads; a busy CPU inflates the packed timing)" if device.type == "cpu" else "")),
     ]
     print(f"ragged_attn demo: all-MiniLM-L6-v2, {b} sentences from {source} (seed {args.seed}), "
           f"median of {args.repeat} calls after a warm-up")  # fmt: skip
