@@ -573,6 +573,9 @@ def _run(args: argparse.Namespace) -> int:
     ok = min_cos >= MIN_COSINE and (hf_cos is None or hf_cos >= MIN_COSINE)
     shortest, longest = min(range(b), key=lambda i: lengths[i]), max(range(b), key=lambda i: lengths[i])
     source = args.text or "pydoc_data.topics"
+    threads = ""
+    if device.type == "cpu":  # a busy CPU inflates the packed (reference) timing most: README
+        threads = f" ({torch.get_num_threads()} CPU threads)"
     rows = [
         ("sentences", f"{b}"),
         ("tokens (packed)", f"{total}"),
@@ -589,8 +592,7 @@ def _run(args: argparse.Namespace) -> int:
         ("transformers attn_implementation='ragged_attn'", hf_row),
         ("first call padded / packed", f"{pad_first * 1e3:.2f} / {pack_first * 1e3:.2f} ms"),
         ("backend", _backend_label(args.backend, model, packed)),
-        ("device / dtype", f"{device.type} / {dtype_name}"
-         + (f" ({torch.get_num_threads()} CPU threads; a busy CPU inflates the packed timing)" if device.type == "cpu" else "")),
+        ("device / dtype", f"{device.type} / {dtype_name}{threads}"),
     ]
     print(f"ragged_attn demo: all-MiniLM-L6-v2, {b} sentences from {source} (seed {args.seed}), "
           f"median of {args.repeat} calls after a warm-up")  # fmt: skip
