@@ -77,6 +77,46 @@ def _v_tensor(name: str, v, rank: int) -> torch.Tensor:
     return v
 
 
+def _output_buffers(out, s_out, v0: torch.Tensor, inputs: dict, v_name: str = "v") -> tuple:
+    """Check a caller's `out` ((tokens, heads, head_dim) in v's dtype) and `s_out` ((tokens, heads)
+    float32), either None: on v's device, elements of their own, apart from every input and from
+    each other (ValueError / TypeError naming the argument; nothing is written before)."""
+    t, h, d = v0.shape
+    if out is not None:
+        out = chk.tensor("out", out, rank=3)
+        chk.same_dtype("out", out, v_name, v0)
+        if tuple(out.shape) != (t, h, d):
+            raise ValueError(f"out: expected shape {(t, h, d)} (tokens, heads, head_dim), got {tuple(out.shape)}")
+        _device_of("out", out, v_name, v0)
+        chk.not_self_overlapping("out", out)
+    if s_out is not None:
+        s_out = _lse_tensor("s_out", s_out, 2)
+        if tuple(s_out.shape) != (t, h):
+            raise ValueError(f"s_out: expected shape {(t, h)} (tokens, heads), got {tuple(s_out.shape)}")
+        _device_of("s_out", s_out, v_name, v0)
+        chk.not_self_overlapping("s_out", s_out)
+    for name, buf in (("out", out), ("s_out", s_out)):
+        if buf is None:
+            continue
+        for other, x in inputs.items():
+            if chk.overlaps(buf, x):
+                raise ValueError(f"{name}: expected memory apart from the inputs, got a tensor overlapping {other}")
+    if out is not None and s_out is not None and chk.overlaps(out, s_out):
+        raise ValueError("s_out: expected memory apart from out, got a tensor overlapping out")
+    return out, s_out
+
+
+def _deliver(v: torch.Tensor, s: torch.Tensor, out, s_out) -> tuple:
+    """(v, s) written into the caller's buffers where given (the torch path's results)."""
+    if out is not None:
+        out.copy_(v)
+        v = out
+    if s_out is not None:
+        s_out.copy_(s)
+        s = s_out
+    return v, s
+
+
 def _combine(parts: list[torch.Tensor], s: torch.Tensor, lse_base: str, out_dtype: torch.dtype):
     """parts: S tensors (T, H, D); s: float32 (T, S, H). Returns (v (T, H, D) out_dtype, lse (T, H) float32)."""
     exp, log = (torch.exp2, torch.log2) if lse_base == "log2" else (torch.exp, torch.log)
@@ -97,7 +137,7 @@ def _combine(parts: list[torch.Tensor], s: torch.Tensor, lse_base: str, out_dtyp
     return acc.to(out_dtype), lse
 
 
-def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2"):
+def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2", out=None, s_out=None):
     """Merge two partial attention results (FlashInfer's `flashinfer.cascade.merge_state`).
 
     Args:
@@ -109,17 +149,26 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2"):
         lse_base: "log2" (FlashInfer's convention and the default: s = log2 sum 2^(x log2 e))
             or "ln" (natural log: FlashAttention's and ragged_attn.attention's default). Both
             inputs and the result are in this base. Keyword only.
+        out, s_out: optional buffers for the results (a ragged_attn extension; FlashInfer's
+            merge_state allocates): out (tokens, heads, head_dim) in v_a's dtype, s_out (tokens,
+            heads) float32, on v_a's device, any strides whose elements do not share memory,
+            apart from every input and from each other. Keyword only.
     Returns:
         (v, s): v (tokens, heads, head_dim) in v_a's dtype, the attention over A and B together;
-        s (tokens, heads) float32, its LSE in `lse_base`. Fresh tensors on v_a's device.
+        s (tokens, heads) float32, its LSE in `lse_base`. On v_a's device: `out` / `s_out` where
+        given, else fresh tensors.
         Rows where both parts are -inf give v = 0 and s = -inf; the rules for NaN and inf are in
         this module's docstring (ragged_attn/merge.py).
     Raises:
         TypeError: a non-tensor, v of another dtype than float16/bfloat16/float32, v_b's dtype
-            not v_a's, an LSE not float32 (FlashInfer casts; we refuse).
-        ValueError: a wrong rank or shape (v_b not v_a's shape, s_a / s_b not v_a's
-            (tokens, heads)), a tensor on another device than v_a, lse_base not "log2" / "ln".
-        Each message names the argument. Nothing is written (the inputs are only read).
+            not v_a's, an LSE not float32 (FlashInfer casts; we refuse), out not in v_a's dtype,
+            s_out not float32.
+        ValueError: a wrong rank or shape (v_b not v_a's shape, s_a / s_b / s_out not v_a's
+            (tokens, heads), out not v_a's shape), a tensor on another device than v_a,
+            lse_base not "log2" / "ln", out / s_out whose elements share memory or that overlap
+            an input or each other.
+        Each message names the argument. Nothing is written before every check has passed (the
+        inputs are only read).
     """
     v_a = _v_tensor("v_a", v_a, 3)
     v_b = _v_tensor("v_b", v_b, 3)
@@ -135,12 +184,14 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2"):
             raise ValueError(f"{name}: expected shape {want} (tokens, heads) of v_a, got {tuple(s.shape)}")
     for name, x in (("s_a", s_a), ("v_b", v_b), ("s_b", s_b)):
         _device_of(name, x, "v_a", v_a)
-    if _kernel_serves([v_a, v_b], [s_a, s_b]):
-        return _merge_kernel("pair", (v_a, s_a, v_b, s_b), v_a, lse_base)
-    return _combine([v_a, v_b], torch.stack([s_a, s_b], dim=1), lse_base, v_a.dtype)
+    out, s_out = _output_buffers(out, s_out, v_a, {"v_a": v_a, "s_a": s_a, "v_b": v_b, "s_b": s_b}, "v_a")
+    if _kernel_serves([v_a, v_b], [s_a, s_b]) and (out is None or _kernel_fits([out])):
+        return _merge_kernel("pair", (v_a, s_a, v_b, s_b), v_a, lse_base, out=out, lse=s_out)
+    v, lse = _combine([v_a, v_b], torch.stack([s_a, s_b], dim=1), lse_base, v_a.dtype)
+    return _deliver(v, lse, out, s_out)
 
 
-def merge_states(v, s, *, lse_base="log2"):
+def merge_states(v, s, *, lse_base="log2", out=None, s_out=None):
     """Merge any number of partial attention results (FlashInfer's `flashinfer.cascade.merge_states`).
 
     Args:
@@ -149,15 +200,21 @@ def merge_states(v, s, *, lse_base="log2"):
         s: (tokens, states, heads) float32, the LSEs in `lse_base`.
         lse_base: "log2" (FlashInfer's, the default) or "ln" (FlashAttention's natural log).
             Keyword only.
+        out, s_out: optional buffers for the results, as in `merge_state` (out (tokens, heads,
+            head_dim) in v's dtype, s_out (tokens, heads) float32). Keyword only.
     Returns:
         (v, s): v (tokens, heads, head_dim) in v's dtype, the attention over the union of the key
-        sets; s (tokens, heads) float32, its LSE in `lse_base`. Fresh tensors on v's device.
+        sets; s (tokens, heads) float32, its LSE in `lse_base`. On v's device: `out` / `s_out`
+        where given, else fresh tensors.
         Zero states, or rows whose every state is -inf, give v = 0 and s = -inf (FlashInfer's
         rule for zero states); NaN / inf as in this module's docstring.
     Raises:
-        TypeError: a non-tensor, v of another dtype than float16/bfloat16/float32, s not float32.
+        TypeError: a non-tensor, v of another dtype than float16/bfloat16/float32, s not float32,
+            out not in v's dtype, s_out not float32.
         ValueError: a wrong rank, s not v's (tokens, states, heads), s on another device than v,
-            lse_base not "log2" / "ln". Each message names the argument; nothing is written.
+            lse_base not "log2" / "ln", out / s_out of the wrong shape or device, whose elements
+            share memory or that overlap v, s or each other. Each message names the argument;
+            nothing is written before every check has passed.
     """
     v = _v_tensor("v", v, 4)
     s = _lse_tensor("s", s, 3)
@@ -167,12 +224,14 @@ def merge_states(v, s, *, lse_base="log2"):
         raise ValueError(f"s: expected shape {want} (tokens, states, heads) of v, got {tuple(s.shape)}")
     _device_of("s", s, "v", v)
     t, n, h, d = v.shape
+    out, s_out = _output_buffers(out, s_out, v.select(1, 0) if n else v.new_empty((t, h, d)), {"v": v, "s": s})
     if n == 0:
-        return (torch.zeros((t, h, d), dtype=v.dtype, device=v.device),
-                torch.full((t, h), -math.inf, dtype=torch.float32, device=v.device))  # fmt: skip
-    if _kernel_serves([v[:, 0]], [s], state_stride=v.stride(1)):
-        return _merge_kernel("stack", (v, s), v[:, 0], lse_base)
-    return _combine(list(v.unbind(1)), s, lse_base, v.dtype)
+        zeros = torch.zeros((t, h, d), dtype=v.dtype, device=v.device)
+        return _deliver(zeros, torch.full((t, h), -math.inf, dtype=torch.float32, device=v.device), out, s_out)
+    if _kernel_serves([v[:, 0]], [s], state_stride=v.stride(1)) and (out is None or _kernel_fits([out])):
+        return _merge_kernel("stack", (v, s), v[:, 0], lse_base, out=out, lse=s_out)
+    merged, lse = _combine(list(v.unbind(1)), s, lse_base, v.dtype)
+    return _deliver(merged, lse, out, s_out)
 
 
 # ---- the fused CUDA kernel (ragged_attn/kernels/merge_sm90.py) ------------------------------------
@@ -272,9 +331,9 @@ def _merge_kernel(form: str, args: tuple, v0: torch.Tensor, lse_base: str, out=N
     """Run the fused kernel on torch's current stream; returns (out (T, H, D), lse (T, H) float32).
 
     form "pair": args (v_a, s_a, v_b, s_b); "stack": (v, s). v0: a (T, H, D) view of the first
-    part (its dtype, shape and device). out / lse: fresh tensors unless given (tests pass poisoned
-    contiguous buffers to see that every element is written). The caller has checked the inputs
-    and `_kernel_serves`."""
+    part (its dtype, shape and device). out / lse: the caller's buffers (merge_state(s)' out, whose
+    layout `_kernel_fits`, and s_out, any strides) or fresh tensors. The caller has checked the
+    inputs, the buffers and `_kernel_serves`."""
     from .kernels.merge_sm90 import MergeKey, grid_shape
 
     t, h, d = v0.shape

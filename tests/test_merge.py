@@ -377,3 +377,72 @@ def test_torch_compile_fullgraph_traces_the_merge():
     torch.testing.assert_close(v_c, v_e, rtol=2**-8, atol=2**-8)  # inductor may fuse in another order
     torch.testing.assert_close(s_c, s_e, rtol=1e-6, atol=1e-6)
     torch._dynamo.reset()
+
+
+# --- caller's output buffers (out=, s_out=) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("states", [0, 1, 2, 5])
+def test_merge_states_writes_callers_buffers_strided_or_not(dtype, states):
+    """out / s_out (a ragged_attn extension, for split-KV's combine) take the same result as the
+    fresh tensors, in any strides; only the buffers are written."""
+    gen = torch.Generator().manual_seed(71 + states)
+    v, s = _rand_state(gen, 6, states, 3, 16, dtype)
+    s[0, :, 1] = -INF  # a row with no key in any state
+    want_v, want_s = ragged_attn.merge_states(v, s)
+    big = torch.full((6, 3, 32), 7.0).to(dtype)
+    out = big[:, :, ::2]  # strided: every other column
+    s_big = torch.full((3, 6), 7.0)
+    s_out = s_big.t()  # head-major storage seen as (tokens, heads)
+    got_v, got_s = ragged_attn.merge_states(v, s, out=out, s_out=s_out)
+    assert got_v is out and got_s is s_out
+    assert torch.equal(out, want_v) and torch.equal(s_out, want_s)
+    assert (big[:, :, 1::2] == 7.0).all()  # the columns between are untouched
+    got_v, got_s = ragged_attn.merge_states(v, s, out=torch.empty_like(want_v))  # out alone
+    assert torch.equal(got_v, want_v) and torch.equal(got_s, want_s)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_merge_state_writes_callers_buffers(dtype):
+    gen = torch.Generator().manual_seed(72)
+    v, s = _rand_state(gen, 5, 2, 4, 8, dtype)
+    want = ragged_attn.merge_state(v[:, 0], s[:, 0], v[:, 1], s[:, 1], lse_base="ln")
+    out, s_out = torch.full((5, 4, 8), math.nan).to(dtype), torch.full((5, 4), math.nan)
+    got = ragged_attn.merge_state(v[:, 0], s[:, 0], v[:, 1], s[:, 1], lse_base="ln", out=out, s_out=s_out)
+    assert got[0] is out and got[1] is s_out
+    assert torch.equal(out, want[0]) and torch.equal(s_out, want[1])
+    got = ragged_attn.merge_state(v[:, 0], s[:, 0], v[:, 1], s[:, 1], lse_base="ln", s_out=torch.empty(5, 4))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def _bad_buffers():
+    v, s = torch.randn(4, 3, 2, 8, dtype=torch.float16), torch.randn(4, 3, 2)
+    return v, s, torch.zeros(4, 2, 8, dtype=torch.float16), torch.zeros(4, 2)
+
+
+BAD_BUFFERS = [
+    ("out", TypeError, lambda v, s, o, l_: (o.float(), l_)),
+    ("out", ValueError, lambda v, s, o, l_: (o[:3], l_)),
+    ("out", ValueError, lambda v, s, o, l_: (o[:, :1].expand(4, 2, 8), l_)),  # elements share memory
+    ("out", ValueError, lambda v, s, o, l_: (o.to("meta"), l_)),
+    ("out", ValueError, lambda v, s, o, l_: (v[:, 0], l_)),  # state 0 of v itself
+    ("out", TypeError, lambda v, s, o, l_: ([o], l_)),
+    ("s_out", TypeError, lambda v, s, o, l_: (o, l_.double())),
+    ("s_out", ValueError, lambda v, s, o, l_: (o, l_.t())),
+    ("s_out", ValueError, lambda v, s, o, l_: (o, s[:, 1])),  # state 1 of s
+    ("s_out", ValueError, lambda v, s, o, l_: (o, o.view(torch.float32)[:, :, :1].reshape(4, 2))),  # inside out
+]
+
+
+@pytest.mark.parametrize("name, error, mutate", BAD_BUFFERS, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(BAD_BUFFERS)])
+def test_bad_output_buffers_are_named_and_nothing_is_written(name, error, mutate):
+    v, s, o, l_ = _bad_buffers()
+    out, s_out = mutate(v, s, o, l_)
+    before = [x.clone() for x in (v, s, o, l_)]
+    with pytest.raises(error, match=rf"^{name}: "):
+        ragged_attn.merge_states(v, s, out=out, s_out=s_out)
+    with pytest.raises(error, match=rf"^{name}: "):
+        ragged_attn.merge_state(v[:, 0], s[:, 0], v[:, 1], s[:, 1], out=out, s_out=s_out)
+    for x, b in zip((v, s, o, l_), before):
+        assert torch.equal(x, b)

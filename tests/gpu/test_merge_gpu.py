@@ -282,3 +282,32 @@ def test_kernel_runs_on_the_current_stream_and_under_graph_capture(kernel_calls)
     graph.replay()
     _check_against_oracle(g_v, g_s, v, s, "log2", torch.bfloat16)
     assert kernel_calls == ["stack", "stack"]
+
+
+@needs_kernel
+@pytest.mark.parametrize("states", [2, 4])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_kernel_writes_callers_buffers(kernel_calls, states, dtype):
+    """out= / s_out= on the kernel path (split-KV's combine writes the caller's out): a poisoned
+    strided out whose layout fits the kernel, and a head-major s_out, get exactly what fresh
+    tensors get, with no sync; an out the kernel cannot take (odd strides) goes the torch path."""
+    gen = torch.Generator(device="cuda").manual_seed(78 + states)
+    t, h, d = 257, 6, 64
+    v, s = _state(gen, t, states, h, d, dtype)
+    want_v, want_s = ragged_attn.merge_states(v, s)
+    big = torch.full((t, h + 2, d), math.nan, device="cuda").to(dtype)
+    out = big[:, 1 : h + 1]  # head stride d + ..., token stride (h + 2) d: multiples of 16 bytes
+    s_big = torch.full((h, t), math.nan, device="cuda")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got_v, got_s = ragged_attn.merge_states(v, s, out=out, s_out=s_big.t())
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert kernel_calls == ["stack", "stack"]
+    assert got_v is out and torch.equal(out, want_v) and torch.equal(s_big.t(), want_s)
+    assert torch.isnan(big[:, 0].float()).all() and torch.isnan(big[:, h + 1].float()).all()
+    odd = torch.empty(t, h, d + 1, device="cuda").to(dtype)[:, :, :d]  # head stride d + 1: torch path
+    got_v, _ = ragged_attn.merge_states(v, s, out=odd)
+    assert kernel_calls == ["stack", "stack"] and got_v is odd  # float32 rounding differs from the kernel's
+    tol = {name: 2 * x for name, x in TOL[dtype].items()}  # both rounded once to dtype: one ulp apart at most
+    torch.testing.assert_close(odd.double(), want_v.double(), equal_nan=True, **tol)
