@@ -98,11 +98,27 @@ def _output_buffers(out, s_out, v0: torch.Tensor, inputs: dict, v_name: str = "v
     for name, buf in (("out", out), ("s_out", s_out)):
         if buf is None:
             continue
+        # In-place writes torch refuses, refused here before anything is written.
+        if torch.is_grad_enabled() and buf.requires_grad:
+            raise ValueError(
+                f"{name}: expected a buffer that does not require grad (it is written in place), got one with "
+                "requires_grad=True while grad mode is enabled; pass a plain tensor or call under torch.no_grad()"
+            )
+        if torch.compiler.is_compiling():  # no data pointers (nor inference flags) under tracing
+            continue
+        if buf.is_inference() and not torch.is_inference_mode_enabled():
+            raise ValueError(
+                f"{name}: expected a tensor writable outside torch.inference_mode(), got an inference tensor; "
+                "call under torch.inference_mode() or pass a tensor made outside it"
+            )
         for other, x in inputs.items():
             if chk.overlaps(buf, x):
-                raise ValueError(f"{name}: expected memory apart from the inputs, got a tensor overlapping {other}")
-    if out is not None and s_out is not None and chk.overlaps(out, s_out):
-        raise ValueError("s_out: expected memory apart from out, got a tensor overlapping out")
+                raise ValueError(
+                    f"{name}: expected memory apart from the inputs (a span test, as for attention's out), got a "
+                    f"tensor overlapping {other}"
+                )
+    if out is not None and s_out is not None and not torch.compiler.is_compiling() and chk.overlaps(out, s_out):
+        raise ValueError("s_out: expected memory apart from out (a span test), got a tensor overlapping out")
     return out, s_out
 
 
@@ -151,8 +167,11 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2", out=None, s_out=None):
             inputs and the result are in this base. Keyword only.
         out, s_out: optional buffers for the results (a ragged_attn extension; FlashInfer's
             merge_state allocates): out (tokens, heads, head_dim) in v_a's dtype, s_out (tokens,
-            heads) float32, on v_a's device, any strides whose elements do not share memory,
-            apart from every input and from each other. Keyword only.
+            heads) float32, on v_a's device, any strides but expanded or interleaved views, whose
+            memory spans lie apart from every input's and from each other's (a conservative span
+            test, as for attention's `out`; not checked while torch.compile traces, where data
+            pointers do not exist), writable in place (no grad-requiring buffer in grad mode, no
+            inference tensor outside inference mode). Keyword only.
     Returns:
         (v, s): v (tokens, heads, head_dim) in v_a's dtype, the attention over A and B together;
         s (tokens, heads) float32, its LSE in `lse_base`. On v_a's device: `out` / `s_out` where
@@ -165,8 +184,8 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2", out=None, s_out=None):
             s_out not float32.
         ValueError: a wrong rank or shape (v_b not v_a's shape, s_a / s_b / s_out not v_a's
             (tokens, heads), out not v_a's shape), a tensor on another device than v_a,
-            lse_base not "log2" / "ln", out / s_out whose elements share memory or that overlap
-            an input or each other.
+            lse_base not "log2" / "ln", out / s_out whose elements share memory, that overlap
+            an input or each other, or that torch cannot write in place.
         Each message names the argument. Nothing is written before every check has passed (the
         inputs are only read).
     """
@@ -213,7 +232,8 @@ def merge_states(v, s, *, lse_base="log2", out=None, s_out=None):
             out not in v's dtype, s_out not float32.
         ValueError: a wrong rank, s not v's (tokens, states, heads), s on another device than v,
             lse_base not "log2" / "ln", out / s_out of the wrong shape or device, whose elements
-            share memory or that overlap v, s or each other. Each message names the argument;
+            share memory, that overlap v, s or each other, or that torch cannot write in place (as
+            in `merge_state`). Each message names the argument;
             nothing is written before every check has passed.
     """
     v = _v_tensor("v", v, 4)

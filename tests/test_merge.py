@@ -446,3 +446,38 @@ def test_bad_output_buffers_are_named_and_nothing_is_written(name, error, mutate
         ragged_attn.merge_state(v[:, 0], s[:, 0], v[:, 1], s[:, 1], out=out, s_out=s_out)
     for x, b in zip((v, s, o, l_), before):
         assert torch.equal(x, b)
+
+
+def test_buffers_torch_cannot_write_in_place_are_refused_before_anything_is_written():
+    """A grad-requiring s_out in grad mode and an inference tensor outside inference mode: named,
+    and out (checked first, valid) stays unwritten (found by a breaking session, 2026-12-03: out was
+    written, then torch raised on s_out)."""
+    v, s = torch.randn(3, 2, 2, 4), torch.randn(3, 2, 2)
+    out = torch.zeros(3, 2, 4)
+    with pytest.raises(ValueError, match=r"^s_out: .*requires_grad"):
+        ragged_attn.merge_states(v, s, out=out, s_out=torch.zeros(3, 2, requires_grad=True))
+    with pytest.raises(ValueError, match=r"^out: .*requires_grad"):
+        ragged_attn.merge_state(v[:, 0], s[:, 0], v[:, 1], s[:, 1], out=torch.nn.Parameter(torch.zeros(3, 2, 4)))
+    with torch.inference_mode():
+        frozen = torch.zeros(3, 2)
+    with pytest.raises(ValueError, match=r"^s_out: .*inference"):
+        ragged_attn.merge_states(v, s, out=out, s_out=frozen)
+    assert (out == 0).all()
+    with torch.no_grad():  # not recorded: a grad-requiring leaf may be written
+        leaf = torch.zeros(3, 2, requires_grad=True)
+        got_v, got_s = ragged_attn.merge_states(v, s, out=out, s_out=leaf)
+    want_v, want_s = ragged_attn.merge_states(v, s)
+    assert got_s is leaf and torch.equal(leaf.detach(), want_s) and torch.equal(out, want_v)
+
+
+def test_torch_compile_fullgraph_traces_the_merge_into_buffers():
+    v, s = torch.randn(3, 2, 2, 4), torch.randn(3, 2, 2)
+
+    def f(v, s, o, so):
+        return ragged_attn.merge_states(v, s, out=o, s_out=so)
+
+    o, so = torch.empty(3, 2, 4), torch.empty(3, 2)
+    torch.compile(f, fullgraph=True, backend="aot_eager")(v, s, o, so)
+    want_v, want_s = ragged_attn.merge_states(v, s)
+    torch.testing.assert_close(o, want_v)
+    torch.testing.assert_close(so, want_s)
