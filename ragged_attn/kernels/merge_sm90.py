@@ -174,28 +174,20 @@ class MergeSm90:
         """Merge one 16-byte chunk of row (t, head) and, from chunk 0, write the row's LSE."""
         vec, group = self.vec, self.group
         num_states = 2 if const_expr(self.pair) else mS.shape[1]
-        # Pass 1 over the LSEs: the maximum and whether any is NaN or +inf.
-        m = Float32(-math.inf)
-        bad = cutlass.Boolean(False)
         acc = cute.make_rmem_tensor((vec,), Float32)
         acc.fill(0.0)
-        total = Float32(0.0)
         frags = [cute.make_rmem_tensor((vec,), self.dtype) for _ in range(group)]
+        m, bad, total = Float32(-math.inf), cutlass.Boolean(False), Float32(0.0)
         if const_expr(self.pair):
-            s = self.lses_of_group(mS, mS2, t, 0, head, num_states)
-            m, bad = self.max_of_group(s, m, bad)
-            if not bad:
-                total = self.add_group(mV, mV2, s, t, 0, head, chunk, m, acc, frags, total)
+            m, bad, total = self.merge_one_group(mS, mS2, mV, mV2, t, head, chunk, num_states, acc, frags)
         else:
             if num_states <= group and const_expr(self.dtype.width == 16):
                 # One group (S <= 4): its LSEs are loaded once and kept for pass 2, so a row costs
                 # two dependent memory trips (LSEs, then v), not three. 16-bit v only: with fp32 v
                 # the second copy of the group's code takes 73 registers (7 CTAs per SM need <= 72).
-                s = self.lses_of_group(mS, mS2, t, 0, head, num_states)
-                m, bad = self.max_of_group(s, m, bad)
-                if not bad:
-                    total = self.add_group(mV, mV2, s, t, 0, head, chunk, m, acc, frags, total)
+                m, bad, total = self.merge_one_group(mS, mS2, mV, mV2, t, head, chunk, num_states, acc, frags)
             else:
+                # Pass 1 over the LSEs: the maximum and whether any is NaN or +inf.
                 for i0 in cutlass.range(0, num_states, group, unroll=1):
                     m, bad = self.max_of_group(self.lses_of_group(mS, mS2, t, i0, head, num_states), m, bad)
                 # Pass 2, `group` parts at a time: every load of a group is issued before the first use.
@@ -218,6 +210,17 @@ class MergeSm90:
             if bad:
                 lse = Float32(math.nan)
             mL[t, head] = lse
+
+    @cute.jit
+    def merge_one_group(self, mS, mS2, mV, mV2, t: Int32, head: Int32, chunk: Int32, num_states, acc, frags):
+        """Both passes over parts 0 .. group - 1 with their LSEs loaded once: (max, bad, total)
+        as `max_of_group` and `add_group` give them (acc accumulates; nothing added when bad)."""
+        s = self.lses_of_group(mS, mS2, t, 0, head, num_states)
+        m, bad = self.max_of_group(s, Float32(-math.inf), cutlass.Boolean(False))
+        total = Float32(0.0)
+        if not bad:
+            total = self.add_group(mV, mV2, s, t, 0, head, chunk, m, acc, frags, total)
+        return m, bad, total
 
     @cute.jit
     def lses_of_group(self, mS, mS2, t: Int32, i0, head: Int32, num_states):

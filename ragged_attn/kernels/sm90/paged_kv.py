@@ -179,7 +179,6 @@ class PagedKV:
         addr = self.addr_k if const_expr(is_k) else self.addr_v
         d_real = cute.size(mX.shape[2])
         elems = COPY_BITS // self.dtype.width
-        elem_bytes = self.dtype.width // 8
         cX = cute.make_identity_tensor((self.tile_n, d))
         thr_copy = self.tiled_copy.get_slice(self.tidx)
         tXsX = thr_copy.partition_D(sX)
@@ -187,34 +186,40 @@ class PagedKV:
         tXc0X = self.tiled_copy.get_slice(0).partition_S(cX)
         # Rows of this thread with index below the limit hold keys of the sequence.
         row_limit = self.len_k - n_block * self.tile_n - tXcX[0][0]
-        mask_and_clamp = ((cute.arch.WARP_SIZE - self.tpr) << 8) | (cute.arch.WARP_SIZE - 1)
         # A block wholly inside len_k of a pool as wide as the class copies without predicates
         # (the block crossing len_k and padded head dims keep them): the predicated form costs
         # an ISETP and three SELs per 16-byte copy (SASS, tools/sass_static.py).
         whole = (n_block + 1) * self.tile_n <= self.len_k and d_real == d
         if whole:
-            for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
-                row_addr = cute.arch.shuffle_sync(addr[m // self.tpr], m % self.tpr, mask_and_clamp=mask_and_clamp)
-                for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
-                    col = tXcX[0, m, k][1]
-                    src_ptr = cute.make_ptr(
-                        self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
-                    )
-                    cute.copy(self.tiled_copy, cute.make_tensor(src_ptr, tXsX[None, m, k].layout), tXsX[None, m, k])
+            self.copy_rows(addr, tXsX, tXcX, tXc0X, row_limit, d_real, False)
         else:
-            for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
-                row_addr = cute.arch.shuffle_sync(addr[m // self.tpr], m % self.tpr, mask_and_clamp=mask_and_clamp)
-                row_ok = tXc0X[0, m, 0][0] < row_limit
-                for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
-                    col = tXcX[0, m, k][1]
-                    pred = cute.make_fragment_like(tXsX[(0, None), m, k], cutlass.Boolean)
-                    pred.fill(row_ok & (col < d_real))
-                    src_ptr = cute.make_ptr(
-                        self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
-                    )
-                    src = cute.make_tensor(src_ptr, tXsX[None, m, k].layout)
-                    cute.copy(self.tiled_copy, src, tXsX[None, m, k], pred=pred)
+            self.copy_rows(addr, tXsX, tXcX, tXc0X, row_limit, d_real, True)
         assert elems * self.tpr * cute.size(tXsX, mode=[2]) == d
+
+
+    @cute.jit
+    def copy_rows(
+        self, addr, tXsX: cute.Tensor, tXcX: cute.Tensor, tXc0X: cute.Tensor, row_limit: Int32, d_real: Int32,
+        predicated: cutlass.Constexpr[bool],
+    ):  # fmt: skip
+        """`load`'s copies: each pass's row address from its owner lane, then one cp.async per
+        16-byte chunk; `predicated`: rows at or past row_limit and columns past d_real zero-filled."""
+        elem_bytes = self.dtype.width // 8
+        mask_and_clamp = ((cute.arch.WARP_SIZE - self.tpr) << 8) | (cute.arch.WARP_SIZE - 1)
+        for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
+            row_addr = cute.arch.shuffle_sync(addr[m // self.tpr], m % self.tpr, mask_and_clamp=mask_and_clamp)
+            for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
+                col = tXcX[0, m, k][1]
+                src_ptr = cute.make_ptr(
+                    self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
+                )
+                src = cute.make_tensor(src_ptr, tXsX[None, m, k].layout)
+                if const_expr(predicated):
+                    pred = cute.make_fragment_like(tXsX[(0, None), m, k], cutlass.Boolean)
+                    pred.fill((tXc0X[0, m, 0][0] < row_limit) & (col < d_real))
+                    cute.copy(self.tiled_copy, src, tXsX[None, m, k], pred=pred)
+                else:
+                    cute.copy(self.tiled_copy, src, tXsX[None, m, k])
 
 
 def gather_ref(pool, page_table_row, len_k: int, kv_layout: str):
