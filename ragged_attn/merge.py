@@ -77,11 +77,11 @@ def _v_tensor(name: str, v, rank: int) -> torch.Tensor:
     return v
 
 
-def _output_buffers(out, s_out, v0: torch.Tensor, inputs: dict, v_name: str = "v") -> tuple:
-    """Check a caller's `out` ((tokens, heads, head_dim) in v's dtype) and `s_out` ((tokens, heads)
-    float32), either None: on v's device, elements of their own, apart from every input and from
-    each other (ValueError / TypeError naming the argument; nothing is written before)."""
-    t, h, d = v0.shape
+def _output_buffers(out, s_out, v0: torch.Tensor, shape: tuple, inputs: dict, v_name: str = "v") -> tuple:
+    """Check a caller's `out` (`shape` = (tokens, heads, head_dim), in v0's dtype) and `s_out`
+    ((tokens, heads) float32), either None: on v0's device, elements of their own, apart from every
+    input and from each other (ValueError / TypeError naming the argument; nothing is written before)."""
+    t, h, d = shape
     if out is not None:
         out = chk.tensor("out", out, rank=3)
         chk.same_dtype("out", out, v_name, v0)
@@ -203,7 +203,8 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2", out=None, s_out=None):
             raise ValueError(f"{name}: expected shape {want} (tokens, heads) of v_a, got {tuple(s.shape)}")
     for name, x in (("s_a", s_a), ("v_b", v_b), ("s_b", s_b)):
         _device_of(name, x, "v_a", v_a)
-    out, s_out = _output_buffers(out, s_out, v_a, {"v_a": v_a, "s_a": s_a, "v_b": v_b, "s_b": s_b}, "v_a")
+    inputs = {"v_a": v_a, "s_a": s_a, "v_b": v_b, "s_b": s_b}
+    out, s_out = _output_buffers(out, s_out, v_a, tuple(v_a.shape), inputs, "v_a")
     if _kernel_serves([v_a, v_b], [s_a, s_b]) and (out is None or _kernel_fits([out])):
         return _merge_kernel("pair", (v_a, s_a, v_b, s_b), v_a, lse_base, out=out, lse=s_out)
     v, lse = _combine([v_a, v_b], torch.stack([s_a, s_b], dim=1), lse_base, v_a.dtype)
@@ -244,7 +245,7 @@ def merge_states(v, s, *, lse_base="log2", out=None, s_out=None):
         raise ValueError(f"s: expected shape {want} (tokens, states, heads) of v, got {tuple(s.shape)}")
     _device_of("s", s, "v", v)
     t, n, h, d = v.shape
-    out, s_out = _output_buffers(out, s_out, v.select(1, 0) if n else v.new_empty((t, h, d)), {"v": v, "s": s})
+    out, s_out = _output_buffers(out, s_out, v, (t, h, d), {"v": v, "s": s})
     if n == 0:
         zeros = torch.zeros((t, h, d), dtype=v.dtype, device=v.device)
         return _deliver(zeros, torch.full((t, h), -math.inf, dtype=torch.float32, device=v.device), out, s_out)

@@ -255,16 +255,23 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
     return cute.compile(kernel, *args, stream, options=options)
 
 
-def rows_inside(cu_seqlens_q, seqused_q, batch: int, total_q: int):
-    """A bool (total_q,) tensor on cu_seqlens_q's device, True at the token rows of the sequences:
+def _starts_and_lengths(cu_seqlens_q, seqused_q, batch: int):
+    """(starts, lengths) of the B sequences' query rows, int64 tensors on cu_seqlens_q's device:
     sequence b holds rows [cu_seqlens_q[b], cu_seqlens_q[b] + len_b), len_b = seqused_q[b] or
-    cu_seqlens_q[b + 1] - cu_seqlens_q[b]. Torch ops only (no device-to-host read): +1 where a
-    sequence starts, -1 where it ends, and a positive prefix sum is inside one."""
+    cu_seqlens_q[b + 1] - cu_seqlens_q[b]."""
+    starts = cu_seqlens_q[:batch].long()
+    lens = seqused_q[:batch].long() if seqused_q is not None else cu_seqlens_q[1 : batch + 1].long() - starts
+    return starts, lens
+
+
+def rows_inside(cu_seqlens_q, seqused_q, batch: int, total_q: int):
+    """A bool (total_q,) tensor on cu_seqlens_q's device, True at the token rows of the sequences
+    (`_starts_and_lengths`). Torch ops only (no device-to-host read): +1 where a sequence starts, -1
+    where it ends, and a positive prefix sum is inside one."""
     import torch
 
     dev = cu_seqlens_q.device
-    starts = cu_seqlens_q[:batch].long()
-    lens = seqused_q[:batch].long() if seqused_q is not None else cu_seqlens_q[1 : batch + 1].long() - starts
+    starts, lens = _starts_and_lengths(cu_seqlens_q, seqused_q, batch)
     marks = torch.zeros(total_q + 1, dtype=torch.long, device=dev)
     ones = torch.ones_like(starts)
     marks.scatter_add_(0, starts.clamp(0, total_q), ones)
@@ -274,7 +281,7 @@ def rows_inside(cu_seqlens_q, seqused_q, batch: int, total_q: int):
 
 def fill_without_keys(
     lse, sinks, cu_seqlens_q, seqused_q, batch: int, total_q: int, h_q: int, lse_s_max: int, lse_strides,
-    lse_base_is_log2: bool,
+    lse_base_is_log2: bool, inside=None,
 ) -> None:
     """The LSE of a launch in which no row sees a key, written with torch ops on the current
     stream (no device-to-host read), where the kernel would write it: the rows of the sequences get
@@ -282,7 +289,8 @@ def fill_without_keys(
     `finalize_sink` gives a row that saw no key; padded rows past a length get -inf; rows outside
     every sequence (gaps, before cu_seqlens_q[0], after the last one) are not written (a caller's
     buffer keeps them). lse, lse_strides, lse_s_max as in `launch_forward` (s_b != 0: a padded
-    (B, s_max, H_q) buffer; else token rows t at t * s_tok). Sequences as in `rows_inside`."""
+    (B, s_max, H_q) buffer; else token rows t at t * s_tok). Sequences as in `rows_inside`, whose
+    result the caller may pass as `inside` (token rows) when it has it already."""
     import torch
 
     if batch == 0 or lse.numel() == 0:
@@ -296,13 +304,13 @@ def fill_without_keys(
     span = 1 + sum((n - 1) * s for n, s in zip(lse.shape, lse.stride()) if n > 0)
     flat = lse.as_strided((span,), (1,))
     if s_b:  # padded: row i of sequence b at b * s_b + i * s_row; every row is written
-        starts = cu_seqlens_q[:batch].long()
-        lens = seqused_q[:batch].long() if seqused_q is not None else cu_seqlens_q[1 : batch + 1].long() - starts
-        inside = torch.arange(lse_s_max, device=dev)[None, :] < lens[:, None]  # (B, s_max)
+        _, lens = _starts_and_lengths(cu_seqlens_q, seqused_q, batch)
+        rows = torch.arange(lse_s_max, device=dev)[None, :] < lens[:, None]  # (B, s_max)
         view = flat.as_strided((batch, lse_s_max, h_q), (s_b, s_row, s_h))
-        view.copy_(torch.where(inside[..., None], value, float("-inf")))
+        view.copy_(torch.where(rows[..., None], value, float("-inf")))
     else:  # token rows: only the sequences' rows
-        inside = rows_inside(cu_seqlens_q, seqused_q, batch, total_q)
+        if inside is None:
+            inside = rows_inside(cu_seqlens_q, seqused_q, batch, total_q)
         view = flat.as_strided((total_q, h_q), (s_tok, s_h))
         view.copy_(torch.where(inside[:, None], value, view))
 
@@ -355,7 +363,7 @@ def launch_forward(
     float32 (H_q,) stride-1 tensor for a sinks class, None otherwise) and softcap (the cap, > 0,
     for a softcap class) are passed too.
     No queries (total_q == 0) or an empty page pool are served with torch fills on the current
-    stream (the whole out/lse buffers), since TMA descriptors cannot describe an empty extent; no
+    stream (the sequences' rows of out and LSE, and padded LSE rows), since TMA descriptors cannot describe an empty extent; no
     keys (ragged total_k == 0) runs the kernel with q and out standing in for k and v. The fills
     follow the kernel's rules (`fill_without_keys`, `rows_inside`): O = 0 and LSE -inf, or with sinks
     the head's sink, on the rows of the sequences (they see no key); -inf for padded rows past a
@@ -374,15 +382,16 @@ def launch_forward(
         # TMA descriptors need non-empty extents. No queries: only padded LSE rows remain (all
         # past len_q = 0). An empty page pool (or out of another dtype than q, which cannot stand
         # in for v): every row sees nothing, O = 0 and LSE = -inf (the sink with sinks).
+        # Rows outside every sequence are written neither in out nor in a token-row LSE.
+        inside = rows_inside(cu_seqlens_q, seqused_q, batch, q.shape[0]) if q.shape[0] > 0 else None
         if lse is not None and (lse_s_max > 0 or q.shape[0] > 0):
             fill_without_keys(
                 lse, sinks if q.shape[0] > 0 else None, cu_seqlens_q, seqused_q, batch, q.shape[0], q.shape[1],
-                lse_s_max, lse_strides, lse_base_is_log2,
+                lse_s_max, lse_strides, lse_base_is_log2, inside,
             )  # fmt: skip
-        if q.shape[0] > 0:  # O = 0 on the sequences' rows; rows outside every sequence are not written
+        if inside is not None:  # O = 0 on the sequences' rows
             import torch
 
-            inside = rows_inside(cu_seqlens_q, seqused_q, batch, q.shape[0])
             out.copy_(torch.where(inside[:, None, None], 0.0, out))
         return
     if page_table is not None:
