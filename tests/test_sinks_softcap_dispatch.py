@@ -60,7 +60,7 @@ def _meta_sinks(h_q=8, stride=1):
 # --- which class ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
+SCORE_OPTIONS = pytest.mark.parametrize(
     "options,suffix",
     [
         ({"softcap": 30.0}, "-softcap"),
@@ -69,10 +69,19 @@ def _meta_sinks(h_q=8, stride=1):
     ],
     ids=["softcap", "sinks", "both"],
 )
-def test_layout_class_of_names_the_score_class(options, suffix):
+
+
+def _score_classes(options, pool=None):
+    """(plain class, class with `options`) of one causal LSE-on call (`_meta`; "sinks" stands for a
+    meta sinks tensor)."""
     options = {k: (_meta_sinks() if v == "sinks" else v) for k, v in options.items()}
-    plain = ragged_attn.layout_class_of(**_meta(causal=True, return_lse=True))
-    lc = ragged_attn.layout_class_of(**_meta(causal=True, return_lse=True, **options))
+    plain = ragged_attn.layout_class_of(**_meta(pool=pool, causal=True, return_lse=True))
+    return plain, ragged_attn.layout_class_of(**_meta(pool=pool, causal=True, return_lse=True, **options))
+
+
+@SCORE_OPTIONS
+def test_layout_class_of_names_the_score_class(options, suffix):
+    plain, lc = _score_classes(options)
     assert lc.name == plain.name + suffix
     assert lc == dataclasses.replace(plain, softcap="softcap" in options, sinks="sinks" in options)
     assert sm90.compiled_args(lc) == (*sm90.COMPILED_ARGS, "sinks", "softcap")
@@ -103,26 +112,16 @@ def test_softcap_zero_and_no_sinks_keep_the_plain_class():
 # --- page pools: the paged score classes ----------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "options,suffix",
-    [
-        ({"softcap": 30.0}, "-softcap"),
-        ({"sinks": "sinks"}, "-sinks"),
-        ({"softcap": 5, "sinks": "sinks"}, "-softcap-sinks"),
-    ],
-    ids=["softcap", "sinks", "both"],
-)
+@SCORE_OPTIONS
 def test_page_pools_get_the_paged_score_classes(options, suffix):
     """With page pools, sinks / softcap pick the paged class with the flags (served since the paged
     cases of tests/gpu/test_softcap_sinks_gpu.py passed on an H200, 2026-12-03)."""
-    options = {k: (_meta_sinks() if v == "sinks" else v) for k, v in options.items()}
-    plain = ragged_attn.layout_class_of(**_meta(pool=(10, 16, 4), causal=True, return_lse=True))
-    lc = ragged_attn.layout_class_of(**_meta(pool=(10, 16, 4), causal=True, return_lse=True, **options))
+    plain, lc = _score_classes(options, pool=(10, 16, 4))
     assert plain.kv == lc.kv == "paged"
     assert lc.name == plain.name + suffix and lc.name.endswith("-paged" + suffix)
     assert lc == dataclasses.replace(plain, softcap="softcap" in options, sinks="sinks" in options)
     assert sm90.compiled_args(lc) == (*sm90.COMPILED_ARGS, "sinks", "softcap")
-    ragged = ragged_attn.layout_class_of(**_meta(causal=True, return_lse=True, **options))
+    _, ragged = _score_classes(options)
     assert lc == dataclasses.replace(ragged, kv="paged")  # the same flags as the ragged call's class
 
 

@@ -113,6 +113,25 @@ GRID = [
 
 @pytest.mark.parametrize("case,with_sinks,softcap", GRID, ids=lambda x: x.id if isinstance(x, Case) else str(x))
 def test_attention_matches_reference(case, with_sinks, softcap):
+    _attention_matches_reference(case, with_sinks, softcap, "ragged")
+
+
+def _tensors(args, kwargs) -> list[torch.Tensor]:
+    return [a for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor)]
+
+
+def _unchanged(now: list[torch.Tensor], before: list[torch.Tensor]) -> bool:
+    """Equal, NaN included (the pools hold NaN in unreferenced slots)."""
+    return all(
+        torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
+        for a, b in zip(now, before, strict=True)
+    )
+
+
+def _attention_matches_reference(case: Case, with_sinks: bool, softcap: float, kv: str) -> None:
+    """`attention` on the kernel (the class with the options' flags and K/V kind `kv`) into poisoned
+    out / lse, with no sync, against the reference: rows outside every sequence stay unwritten,
+    the inputs unchanged, and a call that allocates gives the same numbers."""
     seed = _seed()
     case = dataclasses.replace(case, seed=seed)
     args, kwargs = case.make("cuda")
@@ -122,8 +141,8 @@ def test_attention_matches_reference(case, with_sinks, softcap):
         kwargs["sinks"] = _sinks(case.h_q, seed, no_sink_head=seed % 2 == 0)
     problem, _ = build_problem(*args, **kwargs, return_lse=True)
     lc = backends.layout_class_for(problem)
-    assert (lc.softcap, lc.sinks, lc.kv) == (bool(softcap), with_sinks, "ragged"), lc.name
-    before = [a.clone() for a in args if isinstance(a, torch.Tensor)]
+    assert (lc.softcap, lc.sinks, lc.kv) == (bool(softcap), with_sinks, kv), lc.name
+    before = [a.clone() for a in _tensors(args, kwargs)]
     out = torch.full((problem.total_q, case.h_q, case.d_v), math.nan, dtype=case.dtype, device="cuda")
     lse = torch.full(problem.lse_shape(), math.nan, device="cuda")
     with sync_forbidden():
@@ -131,10 +150,13 @@ def test_attention_matches_reference(case, with_sinks, softcap):
     assert got[0] is out and got[1] is lse
     want = ragged_attn.attention(*args, **kwargs, return_lse=True, backend="reference")
     _check(case, seed, args[3], got, want, 2e-2 if softcap else 1e-2)
-    assert all(torch.equal(a, b) for a, b in zip([a for a in args if isinstance(a, torch.Tensor)], before))
-    # Without out / lse (allocated by the call): the same numbers.
-    again = ragged_attn.attention(*args, **kwargs, return_lse=True)
     rows = valid_rows(case, args[3])
+    others = sorted(set(range(problem.total_q)) - set(rows))
+    if others:
+        assert torch.isnan(out[others]).all(), f"seed {seed}: rows outside every sequence were written"
+    assert _unchanged(_tensors(args, kwargs), before), f"seed {seed}: an input changed"
+    # Without out / lse (allocated by the call; the options' fast path is bound after it): the same numbers.
+    again = ragged_attn.attention(*args, **kwargs, return_lse=True)
     assert torch.equal(again[0][rows], out[rows]), f"seed {seed}: out differs between calls"
 
 
@@ -353,48 +375,11 @@ PAGED_GRID = [
 ]
 
 
-def _tensors(args, kwargs) -> list[torch.Tensor]:
-    return [a for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor)]
-
-
-def _unchanged(now: list[torch.Tensor], before: list[torch.Tensor]) -> bool:
-    """Equal, NaN included (the pools hold NaN in unreferenced slots)."""
-    return all(
-        torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
-        for a, b in zip(now, before, strict=True)
-    )
-
-
 @pytest.mark.parametrize(
     "case,with_sinks,softcap", PAGED_GRID, ids=lambda x: x.id if isinstance(x, Case) else str(x)
 )
 def test_paged_attention_matches_reference(case, with_sinks, softcap):
-    seed = _seed()
-    case = dataclasses.replace(case, seed=seed)
-    args, kwargs = case.make("cuda")
-    if softcap:
-        kwargs["softcap"] = softcap
-    if with_sinks:
-        kwargs["sinks"] = _sinks(case.h_q, seed, no_sink_head=seed % 2 == 0)
-    problem, _ = build_problem(*args, **kwargs, return_lse=True)
-    lc = backends.layout_class_for(problem)
-    assert (lc.softcap, lc.sinks, lc.kv) == (bool(softcap), with_sinks, "paged"), lc.name
-    before = [a.clone() for a in _tensors(args, kwargs)]
-    out = torch.full((problem.total_q, case.h_q, case.d_v), math.nan, dtype=case.dtype, device="cuda")
-    lse = torch.full(problem.lse_shape(), math.nan, device="cuda")
-    with sync_forbidden():
-        got = ragged_attn.attention(*args, **kwargs, return_lse=True, out=out, lse=lse, backend="cute")
-    assert got[0] is out and got[1] is lse
-    want = ragged_attn.attention(*args, **kwargs, return_lse=True, backend="reference")
-    _check(case, seed, args[3], got, want, 2e-2 if softcap else 1e-2)
-    rows = valid_rows(case, args[3])
-    others = sorted(set(range(problem.total_q)) - set(rows))
-    if others:
-        assert torch.isnan(out[others]).all(), f"seed {seed}: rows outside every sequence were written"
-    assert _unchanged(_tensors(args, kwargs), before), f"seed {seed}: an input changed"
-    # Without out / lse (allocated by the call; the options' fast path is bound after it): the same numbers.
-    again = ragged_attn.attention(*args, **kwargs, return_lse=True)
-    assert torch.equal(again[0][rows], out[rows]), f"seed {seed}: out differs between calls"
+    _attention_matches_reference(case, with_sinks, softcap, "paged")
 
 
 def test_paged_plan_runs_new_pools_and_sinks_and_ragged_calls_follow_paged_ones():
