@@ -70,7 +70,7 @@ from cutlass.tensor_utils import LayoutEnum
 from .block_info import UNBOUNDED, BlockInfo
 from .epilogue import lse_index, store_tile
 from .mainloop import SCHED_BARRIER_BASE, MmaMainloops
-from .paged_kv import PRODUCER_THREADS, PagedKV, make_gather_copy
+from .paged_kv import BOX_ROWS, PRODUCER_THREADS, PagedKV, make_gather_copy, make_page_box_tma
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes, tile_words
@@ -147,6 +147,9 @@ class RaggedForwardSm90(MmaMainloops):
         self.sinks = sinks
         if paged:
             self.producer_regs = self.producer_regs_paged
+            if config.page_tma:
+                # The box coordinates need more than 40 (40 spills; 48 leaves the MMA warpgroups 232 too).
+                self.producer_regs = 48
         # What the producer warpgroup leaves, split over the MMA warpgroups (setmaxnreg takes
         # multiples of 8, at most 240): 24 -> 240 with 2 MMA warpgroups, 160 with 3 (FA3's split
         # for 192-row tiles); paged 40 -> 232, 152.
@@ -176,6 +179,7 @@ class RaggedForwardSm90(MmaMainloops):
         self.o_rows = 64 if self.o_turns else self.tile_m  # sO's rows
         self.l2_kv_head_groups = config.l2_kv_head_groups
         self.q_first = config.q_first  # load_tile and load_paged_tile
+        self.page_tma = config.page_tma and paged  # load_paged_tile: whole blocks by TMA boxes
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
@@ -308,6 +312,7 @@ class RaggedForwardSm90(MmaMainloops):
         )
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()
+        tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb = None, None, None, None  # paged with page_tma
         tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(
             load_op, mQt, cute.select(sQ_layout, mode=[0, 1]), (self.tile_m, self.d_qk)
         )
@@ -324,6 +329,9 @@ class RaggedForwardSm90(MmaMainloops):
             tma_K, tma_V = mK, mV
             tma_atom_K = make_gather_copy(self.dtype, self.d_qk, self.d_v, self.tile_n)
             tma_atom_V = tma_atom_K
+            if const_expr(self.page_tma):
+                tma_atom_Kb, tma_Kb = make_page_box_tma(mK, sK_layout, self.tile_n, self.d_qk)
+                tma_atom_Vb, tma_Vb = make_page_box_tma(mV, sV_layout, self.tile_n, self.d_v)
         else:
             mKt = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[0, 2, 1]))
             mVt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[0, 2, 1]))
@@ -404,6 +412,10 @@ class RaggedForwardSm90(MmaMainloops):
             tma_O,
             tma_atom_Qw,
             tma_Qw,
+            tma_atom_Kb,
+            tma_Kb,
+            tma_atom_Vb,
+            tma_Vb,
             packed,
             tiles_max,
             num_tiles,
@@ -496,6 +508,10 @@ class RaggedForwardSm90(MmaMainloops):
         tma_O: Optional[cute.Tensor],  # tma_o_store: TMA coordinates over (total_q, d_v, H_q)
         tma_atom_Qw: Optional[cute.CopyAtom],  # pack_gqa: TMA of one warpgroup's 64 Q rows
         tma_Qw: Optional[cute.Tensor],  # pack_gqa: TMA coordinates over (total_q, d_qk, H_q)
+        tma_atom_Kb: Optional[cute.CopyAtom],  # paged with page_tma: TMA of one 16-key box of K
+        tma_Kb: Optional[cute.Tensor],  # paged with page_tma: box coordinates (page_size, d_qk, H_kv, num_pages)
+        tma_atom_Vb: Optional[cute.CopyAtom],
+        tma_Vb: Optional[cute.Tensor],
         packed: Int32,  # 1: tile slots packed by sequence, 0: tiles_max per sequence (tile_scheduler.py)
         tiles_max: Int32,
         num_tiles: Int64,  # linear tile indices in all
@@ -533,6 +549,9 @@ class RaggedForwardSm90(MmaMainloops):
             if const_expr(not self.paged):
                 cpasync.prefetch_descriptor(tma_atom_K)
                 cpasync.prefetch_descriptor(tma_atom_V)
+            if const_expr(self.page_tma):
+                cpasync.prefetch_descriptor(tma_atom_Kb)
+                cpasync.prefetch_descriptor(tma_atom_Vb)
         if const_expr(self.tma_o_store):
             if warp_idx % 4 == 0 and warp_idx >= 4:  # the warp of each MMA warpgroup that stores O
                 cpasync.prefetch_descriptor(tma_atom_O)
@@ -638,6 +657,7 @@ class RaggedForwardSm90(MmaMainloops):
                 self.load_paged(
                     q_tma, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
                     pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff, lse_args, warp_idx,
+                    (tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb),
                 )  # fmt: skip
             else:
                 if warp_idx == 0:
@@ -1011,6 +1031,7 @@ class RaggedForwardSm90(MmaMainloops):
         handoff,
         lse_args,
         warp_idx: Int32,
+        boxes,  # (tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb): page_tma's box copies, else Nones
     ):
         """Producer warpgroup of the paged class, on the dynamic schedule of the ragged one: warp 0
         takes the tickets, decodes each tile (the whole warp searches cu_seqlens_q) and hands it
@@ -1019,7 +1040,9 @@ class RaggedForwardSm90(MmaMainloops):
         the tile's key blocks (`load_paged_tile`). Past the last tile, go = 0 stops everyone."""
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
-        loads = (q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched)
+        loads = (
+            q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes,
+        )  # fmt: skip
         if warp_idx == 0:
             self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_paged_tile, loads, q_state, kv_state)
         else:
@@ -1032,19 +1055,29 @@ class RaggedForwardSm90(MmaMainloops):
         q_state, kv_state, items=(),
     ):  # fmt: skip
         """All 128 producer threads: gather each key block's K and V rows of one tile (last block
-        first, as the MMA warpgroups consume); warp 0 issues Q's TMA after its share of the first
-        K block. Returns (q_state, kv_state)."""
-        q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched = loads
+        first, as the MMA warpgroups consume), or with page_tma, where the page size allows, let
+        warp 0 bring the blocks wholly inside len_k as TMA boxes (paged_kv.py); warp 0 issues Q's
+        TMA first (q_first) or after its share of the first K block. Returns (q_state, kv_state)."""
+        q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
         pack_r, ratio = sched[2], sched[3]
         tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
+        head_kv = kv_head(unit, pack_r, ratio)
         kv = PagedKV.create(
-            mK, mV, mPageTable, batch_idx, kv_head(unit, pack_r, ratio), seqlen.len_k, tidx, gather_copy,
+            mK, mV, mPageTable, batch_idx, head_kv, seqlen.len_k, tidx, gather_copy,
             self.dtype, self.tile_n, self.d_qk, self.d_v,
         )  # fmt: skip
+        # Box loads need a page size that is a multiple of a box and pools as wide as the class.
+        box_ok = Int32(0)
+        if const_expr(self.page_tma):
+            box_ok = Int32(
+                (cute.size(mK.shape[1]) % BOX_ROWS == 0)
+                & (cute.size(mK.shape[3]) == self.d_qk)
+                & (cute.size(mV.shape[3]) == self.d_v)
+            )
         n_block_min, n_block_max = block_info.n_block_range()
         n_blocks = n_block_max - n_block_min
         if n_blocks > 0:
-            kv.fetch_pages(n_block_max - 1)
+            self.fetch_block_pages(kv, box_ok, n_block_max - 1, seqlen.len_k)
         # Q goes after warp 0's share of block 0's K (or alone when the tile sees no key); with
         # q_first before it, so Q does not wait behind the acquire of the first K stage.
         if const_expr(self.q_first):
@@ -1056,24 +1089,85 @@ class RaggedForwardSm90(MmaMainloops):
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
-            kv.resolve_rows(n_block)
-            if i + 1 < n_blocks:
-                kv.fetch_pages(n_block - 1)  # in flight during this block's stage waits
-            pipe_k.producer_acquire(kv_state)
-            kv.load(n_block, sK[None, None, kv_state.index], True)
-            cute.arch.cp_async_commit_group()
-            pipe_k.producer_commit(kv_state)
-            if const_expr(not self.q_first):
-                if i == 0:
-                    if warp_idx == 0:
-                        self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
-            pipe_v.producer_acquire(kv_state)
-            kv.load(n_block, sV[None, None, kv_state.index], False)
-            cute.arch.cp_async_commit_group()
-            pipe_v.producer_commit(kv_state)
+            if const_expr(self.page_tma):
+                if self.box_block(box_ok, n_block, seqlen.len_k) != 0:
+                    self.load_block_boxes(loads, kv, box_ok, head_kv, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items)
+                else:
+                    self.gather_block(loads, kv, box_ok, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items)
+            else:
+                self.gather_block(loads, kv, box_ok, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items)
             kv_state.advance()
         q_state.advance()
         return q_state, kv_state
+
+    @cute.jit
+    def gather_block(
+        self, loads, kv: PagedKV, box_ok: Int32, i: Int32, n_blocks: Int32, n_block: Int32, seqlen: SeqlenInfo,
+        tile: Int32, unit: Int32, q_state, kv_state, items,
+    ):  # fmt: skip
+        """Block i of a paged tile (key block n_block) by the 128 threads' cp.async gather."""
+        q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
+        kv.resolve_rows(n_block)
+        if i + 1 < n_blocks:
+            self.fetch_block_pages(kv, box_ok, n_block - 1, seqlen.len_k)  # in flight during the waits
+        pipe_k.producer_acquire(kv_state)
+        kv.load(n_block, sK[None, None, kv_state.index], True)
+        cute.arch.cp_async_commit_group()
+        pipe_k.producer_commit(kv_state)
+        if const_expr(not self.q_first):
+            if i == 0:
+                if warp_idx == 0:
+                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items)
+        pipe_v.producer_acquire(kv_state)
+        kv.load(n_block, sV[None, None, kv_state.index], False)
+        cute.arch.cp_async_commit_group()
+        pipe_v.producer_commit(kv_state)
+
+    @cute.jit
+    def load_block_boxes(
+        self, loads, kv: PagedKV, box_ok: Int32, head_kv: Int32, i: Int32, n_blocks: Int32, n_block: Int32,
+        seqlen: SeqlenInfo, tile: Int32, unit: Int32, q_state, kv_state, items,
+    ):  # fmt: skip
+        """Block i of a paged tile (key block n_block, wholly inside len_k) by warp 0's TMA boxes."""
+        q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
+        tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb = boxes
+        page, slot = kv.pages[0], kv.slots[0]
+        if i + 1 < n_blocks:
+            self.fetch_block_pages(kv, box_ok, n_block - 1, seqlen.len_k)
+        pipe_k.producer_acquire(kv_state)
+        kv.load_boxes(
+            tma_atom_Kb, tma_Kb[None, None, head_kv, None], sK[None, None, kv_state.index],
+            pipe_k.producer_get_barrier(kv_state), self.bytes_k, self.d_qk, warp_idx, page, slot,
+        )  # fmt: skip
+        if const_expr(not self.q_first):
+            if i == 0:
+                if warp_idx == 0:
+                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items)
+        pipe_v.producer_acquire(kv_state)
+        kv.load_boxes(
+            tma_atom_Vb, tma_Vb[None, None, head_kv, None], sV[None, None, kv_state.index],
+            pipe_v.producer_get_barrier(kv_state), self.bytes_v, self.d_v, warp_idx, page, slot,
+        )  # fmt: skip
+
+    @cute.jit
+    def box_block(self, box_ok: Int32, n_block: Int32, len_k: Int32) -> Int32:
+        """1 where key block n_block arrives as TMA boxes: page_tma, box_ok, and wholly inside len_k."""
+        by_box = Int32(0)
+        if const_expr(self.page_tma):
+            by_box = box_ok * Int32((n_block + 1) * self.tile_n <= len_k)
+        return by_box
+
+    @cute.jit
+    def fetch_block_pages(self, kv: PagedKV, box_ok: Int32, n_block: Int32, len_k: Int32):
+        """Start the page-table reads of key block n_block: its boxes' pages (`box_block`) or this
+        thread's gather rows'."""
+        if const_expr(self.page_tma):
+            if self.box_block(box_ok, n_block, len_k) != 0:
+                kv.fetch_box_pages(n_block)
+            else:
+                kv.fetch_pages(n_block)
+        else:
+            kv.fetch_pages(n_block)
 
     # ------------------------------------------------------------------ MMA warpgroups
     @cute.jit

@@ -20,6 +20,15 @@ Facts this module relies on (FA4's PagedKVManager taught the row-gather idea):
   table is never read past the pages the sequence owns.
 - The writes are generic-proxy; the MMA warpgroups fence (`fence.proxy.async.shared::cta`) after
   each wait before WGMMA reads the tile (forward.py, `kv_wait`).
+- TMA boxes (TileConfig.page_tma): where the page size is a multiple of BOX_ROWS (16) and the
+  pool is as wide as the class, a key block wholly inside len_k arrives as tile_n / 16 TMA boxes
+  of 16 keys, each from one page (a 16-key run starting at a multiple of 16 never crosses a page
+  edge); lanes 0 .. tile_n / 16 - 1 of producer warp 0 issue one box each. The box descriptors
+  see a pool as (page_size, d, H_kv, num_pages): the page size stays a run-time extent. The
+  block crossing len_k keeps the predicated cp.async gather (a box would bring the NaN of the
+  unused slots past len_k), so both kinds of writer signal one stage barrier: its arrival count
+  stays the 128 producer threads, and a TMA block's lane 0 arrives with the expected bytes while
+  one lane of each warp arrives for the warp's other threads.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from cutlass.cute.nvgpu import cpasync
 
 PRODUCER_THREADS = 128
 COPY_BITS = 128
+BOX_ROWS = 16  # keys per TMA box (TileConfig.page_tma): page sizes that are multiples of it
 
 
 def threads_per_row(dtype, d_qk: int, d_v: int) -> int:
@@ -52,6 +62,15 @@ def make_gather_copy(dtype, d_qk: int, d_v: int, tile_n: int) -> cute.TiledCopy:
     )
     thr_layout = cute.make_ordered_layout((rows_per_pass, tpr), order=(1, 0))
     return cute.make_tiled_copy_tv(atom, thr_layout, cute.make_layout((1, COPY_BITS // dtype.width)))
+
+
+def make_page_box_tma(pool: cute.Tensor, s_layout, tile_n: int, d: int):
+    """(atom, coordinate tensor) of the TMA box copy of BOX_ROWS keys from a (num_pages, page_size,
+    H_kv, d) pool into a BOX_ROWS-row slice of a (tile_n, d) swizzled stage (s_layout: the stage's
+    layout, its first two modes). The coordinate tensor is (page_size, d, H_kv, num_pages)."""
+    pool_t = cute.make_tensor(pool.iterator, cute.select(pool.layout, mode=[1, 3, 2, 0]))
+    box = cute.composition(cute.select(s_layout, mode=[0, 1]), cute.make_layout((BOX_ROWS, d), stride=(1, tile_n)))
+    return cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), pool_t, box, (BOX_ROWS, d))
 
 
 class PagedKV:
@@ -159,6 +178,47 @@ class PagedKV:
             page_idx, slot = divmod(self.row_token(n_block, e), self.page_div)
             self.pages[e] = Int32(self.mPages[page_idx])
             self.slots[e] = slot
+
+    @cute.jit
+    def fetch_box_pages(self, n_block: Int32):
+        """TMA boxes (warp 0, lane l < tile_n / BOX_ROWS): start the page-table read of box l of
+        key block n_block (keys n_block * tile_n + 16 l ..), into entry 0 of `fetch_pages`'
+        registers; `load_boxes(n_block, ...)` uses it."""
+        if self.tidx < self.tile_n // BOX_ROWS:
+            token = cutlass.min(n_block * self.tile_n + self.tidx * BOX_ROWS, self.len_k - 1)
+            page_idx, slot = divmod(cutlass.max(token, 0), self.page_div)
+            self.pages[0] = Int32(self.mPages[page_idx])
+            self.slots[0] = slot
+
+    @cute.jit
+    def load_boxes(
+        self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, num_bytes: int, d: int,
+        warp_idx: Int32, page: Int32, slot: Int32,
+    ):  # fmt: skip
+        """A key block's (tile_n, d) tile sX by TMA boxes (a block wholly inside len_k; page, slot:
+        what `fetch_box_pages` read for it): lane 0 of warp 0 arrives on the stage barrier bar
+        expecting num_bytes, then lanes l < tile_n / BOX_ROWS each issue box l from its page;
+        lane 0 of warps 1-3 and lane 1 of warp 0 arrive for the rest of their warps (the barrier
+        counts the 128 producer threads). tma_pool: this K/V head's box coordinates, (page_size, d, num_pages)."""
+        if warp_idx == 0:
+            lane = cute.arch.lane_idx()
+            if lane == 0:
+                cute.arch.mbarrier_arrive_and_expect_tx(bar, num_bytes)
+            cute.arch.sync_warp()
+            if lane < self.tile_n // BOX_ROWS:
+                g_box = cute.local_tile(
+                    tma_pool[None, None, page], (BOX_ROWS, d), (slot // BOX_ROWS, 0)
+                )
+                s_box = cute.local_tile(sX, (BOX_ROWS, d), (lane, 0))
+                t_s, t_g = cpasync.tma_partition(
+                    tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
+                )
+                cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar)
+            if lane == 1:
+                cute.arch.mbarrier_arrive(bar, arrive_count=31)  # for lanes 1 .. 31
+        else:
+            if cute.arch.lane_idx() == 0:
+                cute.arch.mbarrier_arrive(bar, arrive_count=32)  # for the warp
 
     @cute.jit
     def resolve_rows(self, n_block: Int32):

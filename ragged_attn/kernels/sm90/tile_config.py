@@ -70,6 +70,10 @@ class TileConfig:
     # K/V stages: off, a tile's Q waits behind its first K stage's acquire); within noise at d64,
     # mixed at d192 (measured in sessions 7 and 8, the docstring below).
     q_first: bool = False
+    # Paged classes: key blocks wholly inside len_k arrive as TMA boxes of 16 keys (one page
+    # each), where the page size is a multiple of 16 (paged_kv.py); off, or other page sizes: the
+    # cp.async gather of the whole producer warpgroup.
+    page_tma: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
