@@ -179,7 +179,7 @@ class RaggedForwardSm90(MmaMainloops):
         self.o_rows = 64 if self.o_turns else self.tile_m  # sO's rows
         self.l2_kv_head_groups = config.l2_kv_head_groups
         self.q_first = config.q_first  # load_tile and load_paged_tile
-        self.page_tma = config.page_tma and paged  # load_paged_tile: whole blocks by TMA boxes
+        self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
@@ -330,8 +330,8 @@ class RaggedForwardSm90(MmaMainloops):
             tma_atom_K = make_gather_copy(self.dtype, self.d_qk, self.d_v, self.tile_n)
             tma_atom_V = tma_atom_K
             if const_expr(self.page_tma):
-                tma_atom_Kb, tma_Kb = make_page_box_tma(mK, sK_layout, self.tile_n, self.d_qk)
-                tma_atom_Vb, tma_Vb = make_page_box_tma(mV, sV_layout, self.tile_n, self.d_v)
+                tma_atom_Kb, tma_Kb = make_page_box_tma(mK, sK_layout, self.tile_n, self.d_qk, self.page_tma)
+                tma_atom_Vb, tma_Vb = make_page_box_tma(mV, sV_layout, self.tile_n, self.d_v, self.page_tma)
         else:
             mKt = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[0, 2, 1]))
             mVt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[0, 2, 1]))
@@ -1064,13 +1064,13 @@ class RaggedForwardSm90(MmaMainloops):
         head_kv = kv_head(unit, pack_r, ratio)
         kv = PagedKV.create(
             mK, mV, mPageTable, batch_idx, head_kv, seqlen.len_k, tidx, gather_copy,
-            self.dtype, self.tile_n, self.d_qk, self.d_v,
+            self.dtype, self.tile_n, self.d_qk, self.d_v, self.page_tma if self.page_tma else BOX_ROWS,
         )  # fmt: skip
         # Box loads need a page size that is a multiple of a box and pools as wide as the class.
         box_ok = Int32(0)
         if const_expr(self.page_tma):
             box_ok = Int32(
-                (cute.size(mK.shape[1]) % BOX_ROWS == 0)
+                (cute.size(mK.shape[1]) % self.page_tma == 0)
                 & (cute.size(mK.shape[3]) == self.d_qk)
                 & (cute.size(mV.shape[3]) == self.d_v)
             )

@@ -42,7 +42,7 @@ from cutlass.cute.nvgpu import cpasync
 
 PRODUCER_THREADS = 128
 COPY_BITS = 128
-BOX_ROWS = 16  # keys per TMA box (TileConfig.page_tma): page sizes that are multiples of it
+BOX_ROWS = 16  # keys per TMA box by default (TileConfig.page_tma): page sizes that are multiples of it
 
 
 def threads_per_row(dtype, d_qk: int, d_v: int) -> int:
@@ -64,13 +64,13 @@ def make_gather_copy(dtype, d_qk: int, d_v: int, tile_n: int) -> cute.TiledCopy:
     return cute.make_tiled_copy_tv(atom, thr_layout, cute.make_layout((1, COPY_BITS // dtype.width)))
 
 
-def make_page_box_tma(pool: cute.Tensor, s_layout, tile_n: int, d: int):
-    """(atom, coordinate tensor) of the TMA box copy of BOX_ROWS keys from a (num_pages, page_size,
-    H_kv, d) pool into a BOX_ROWS-row slice of a (tile_n, d) swizzled stage (s_layout: the stage's
+def make_page_box_tma(pool: cute.Tensor, s_layout, tile_n: int, d: int, box_rows: int = BOX_ROWS):
+    """(atom, coordinate tensor) of the TMA box copy of box_rows keys from a (num_pages, page_size,
+    H_kv, d) pool into a box_rows-row slice of a (tile_n, d) swizzled stage (s_layout: the stage's
     layout, its first two modes). The coordinate tensor is (page_size, d, H_kv, num_pages)."""
     pool_t = cute.make_tensor(pool.iterator, cute.select(pool.layout, mode=[1, 3, 2, 0]))
-    box = cute.composition(cute.select(s_layout, mode=[0, 1]), cute.make_layout((BOX_ROWS, d), stride=(1, tile_n)))
-    return cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), pool_t, box, (BOX_ROWS, d))
+    box = cute.composition(cute.select(s_layout, mode=[0, 1]), cute.make_layout((box_rows, d), stride=(1, tile_n)))
+    return cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), pool_t, box, (box_rows, d))
 
 
 class PagedKV:
@@ -90,6 +90,7 @@ class PagedKV:
         d_qk: int,
         d_v: int,
         page_div=None,  # cute.FastDivmodDivisorV2 of the page size (made here when None)
+        box_rows: int = BOX_ROWS,  # keys per TMA box (TileConfig.page_tma)
     ):
         self.mK = mK
         self.mV = mV
@@ -101,6 +102,7 @@ class PagedKV:
         self.tile_n = tile_n
         self.d_qk = d_qk
         self.d_v = d_v
+        self.box_rows = box_rows
         self.tpr = threads_per_row(dtype, d_qk, d_v)
         self.rows_per_pass = PRODUCER_THREADS // self.tpr
         self.entries = (tile_n + PRODUCER_THREADS - 1) // PRODUCER_THREADS
@@ -145,6 +147,7 @@ class PagedKV:
         tile_n: int,
         d_qk: int,
         d_v: int,
+        box_rows: int = BOX_ROWS,
     ) -> "PagedKV":
         return PagedKV(
             mK[None, None, head_kv, None],
@@ -157,6 +160,7 @@ class PagedKV:
             tile_n,
             d_qk,
             d_v,
+            box_rows=box_rows,
         )
 
     @cute.jit
@@ -181,11 +185,11 @@ class PagedKV:
 
     @cute.jit
     def fetch_box_pages(self, n_block: Int32):
-        """TMA boxes (warp 0, lane l < tile_n / BOX_ROWS): start the page-table read of box l of
-        key block n_block (keys n_block * tile_n + 16 l ..), into entry 0 of `fetch_pages`'
+        """TMA boxes (warp 0, lane l < tile_n / box_rows): start the page-table read of box l of
+        key block n_block (keys n_block * tile_n + box_rows l ..), into entry 0 of `fetch_pages`'
         registers; `load_boxes(n_block, ...)` uses it."""
-        if self.tidx < self.tile_n // BOX_ROWS:
-            token = cutlass.min(n_block * self.tile_n + self.tidx * BOX_ROWS, self.len_k - 1)
+        if self.tidx < self.tile_n // self.box_rows:
+            token = cutlass.min(n_block * self.tile_n + self.tidx * self.box_rows, self.len_k - 1)
             page_idx, slot = divmod(cutlass.max(token, 0), self.page_div)
             self.pages[0] = Int32(self.mPages[page_idx])
             self.slots[0] = slot
@@ -197,7 +201,7 @@ class PagedKV:
     ):  # fmt: skip
         """A key block's (tile_n, d) tile sX by TMA boxes (a block wholly inside len_k; page, slot:
         what `fetch_box_pages` read for it): lane 0 of warp 0 arrives on the stage barrier bar
-        expecting num_bytes, then lanes l < tile_n / BOX_ROWS each issue box l from its page;
+        expecting num_bytes, then lanes l < tile_n / box_rows each issue box l from its page;
         lane 0 of warps 1-3 and lane 1 of warp 0 arrive for the rest of their warps (the barrier
         counts the 128 producer threads). tma_pool: this K/V head's box coordinates, (page_size, d, num_pages)."""
         if warp_idx == 0:
@@ -205,11 +209,11 @@ class PagedKV:
             if lane == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(bar, num_bytes)
             cute.arch.sync_warp()
-            if lane < self.tile_n // BOX_ROWS:
+            if lane < self.tile_n // self.box_rows:
                 g_box = cute.local_tile(
-                    tma_pool[None, None, page], (BOX_ROWS, d), (slot // BOX_ROWS, 0)
+                    tma_pool[None, None, page], (self.box_rows, d), (slot // self.box_rows, 0)
                 )
-                s_box = cute.local_tile(sX, (BOX_ROWS, d), (lane, 0))
+                s_box = cute.local_tile(sX, (self.box_rows, d), (lane, 0))
                 t_s, t_g = cpasync.tma_partition(
                     tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
                 )

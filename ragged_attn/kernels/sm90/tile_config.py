@@ -70,10 +70,10 @@ class TileConfig:
     # K/V stages: off, a tile's Q waits behind its first K stage's acquire); within noise at d64,
     # mixed at d192 (measured in sessions 7 and 8, the docstring below).
     q_first: bool = False
-    # Paged classes: key blocks wholly inside len_k arrive as TMA boxes of 16 keys (one page
-    # each), where the page size is a multiple of 16 (paged_kv.py); off, or other page sizes: the
-    # cp.async gather of the whole producer warpgroup.
-    page_tma: bool = False
+    # Paged classes: keys per TMA box (0: off). Key blocks wholly inside len_k arrive as TMA boxes
+    # of this many keys (one page each) where the page size is a multiple of it (paged_kv.py); off,
+    # or other page sizes: the cp.async gather of the whole producer warpgroup.
+    page_tma: int = 0
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -82,6 +82,10 @@ class TileConfig:
             raise ValueError(f"TileConfig.tile_n: expected a multiple of 16 in [16, 256], got {self.tile_n}")
         if self.num_stages < 1:
             raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
+        if self.page_tma and (self.page_tma not in (16, 32, 64, 128) or self.tile_n % self.page_tma):
+            raise ValueError(
+                f"TileConfig.page_tma: expected 0 or 16, 32, 64 or 128 keys dividing tile_n {self.tile_n}, got {self.page_tma}"
+            )
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
