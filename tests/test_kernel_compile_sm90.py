@@ -125,6 +125,24 @@ def test_config_that_does_not_fit_is_refused():
         TileConfig(128, 72)
 
 
+@pytest.mark.parametrize("box", [8, 48, 256])
+def test_page_box_sizes_that_do_not_divide_the_tile_are_refused(box):
+    with pytest.raises(ValueError, match="page_tma"):
+        TileConfig(128, 128, page_tma=box)
+    assert TileConfig(128, 128, page_tma=64).page_tma == 64
+
+
+@pytest.mark.parametrize("box", [16, 64])
+def test_paged_class_with_page_boxes_compiles_without_spills(box, capfd):
+    """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather): the producer warpgroup's 48
+    registers hold the box coordinates without spilling."""
+    lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
+    compile_forward(lc, extra_options="remarks{ptx}", config=dataclasses.replace(tile_config(lc), page_tma=box))
+    out, err = capfd.readouterr()
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
+    assert spills and all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
+
+
 @pytest.mark.parametrize("dims", HEAD_DIM_CLASSES, ids=lambda d: f"d{d[0]}x{d[1]}")
 def test_paged_gather_rows_have_one_owner(dims):
     """The gather's row bookkeeping (paged_kv.py): the thread that copies row r of a pass finds
