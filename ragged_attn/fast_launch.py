@@ -40,9 +40,9 @@ _ARG_ORDER = (
     "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
     "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
-    "lse_scale", "num_ctas", "tile_counter", "page_table",
+    "lse_scale", "num_ctas", "tile_counter", "page_table", "num_splits",
 )  # fmt: skip
-# A -softcap / -sinks class's function takes these after page_table (kernels/sm90/launch.py).
+# A -softcap / -sinks class's function takes these after num_splits (kernels/sm90/launch.py).
 _EXT_ARGS = ("sinks", "softcap")
 _INT32 = torch.int32
 _F32 = torch.float32
@@ -213,7 +213,7 @@ class BoundKernel:
             try:
                 self._compiled(
                     q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
-                    scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), None,
+                    scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), None, 1,
                 )  # fmt: skip
             except (ValueError, TypeError):  # the TVM-FFI entry's checks, before any launch
                 return None

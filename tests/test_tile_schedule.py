@@ -24,7 +24,7 @@ def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512, 
     computed, lse_filled = {}, {}
     ratio = hq // hkv
     for t in range(num_tiles):
-        unit, tile, b, has_rows, pack_r = decode_tile_ref(
+        unit, tile, b, has_rows, pack_r, _ = decode_tile_ref(
             t, lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes, kv_head_groups
         )  # fmt: skip
         kv_heads = set()

@@ -14,6 +14,13 @@ query heads may differ but whose keys and mask frame are the sequence's). The vi
 empty range means every row of the tile
 sees no key (O = 0, LSE = -inf). A block needs the element-wise mask only when it crosses len_k or
 one of the window edges of some row of the tile (`needs_mask`); interior blocks run unmasked.
+
+Split-KV (`for_split`): split s of S visits only its share of the tile's blocks, [n_min + s n // S,
+n_min + (s + 1) n // S) of the n = n_max - n_min blocks (consecutive shares, sizes differing by at
+most one, empty ones where n < S). The share is computed once per tile (one division pair, only when
+S > 1) and kept in the BlockInfo, whose `n_block_range` then returns it; the element-wise mask is
+unchanged (absolute columns), and a row that sees no key of the share gets O = 0, LSE = -inf, which
+the merge of the splits reads as "no contribution".
 """
 
 from __future__ import annotations
@@ -40,7 +47,11 @@ class BlockInfo:
         off: Int32,
         left: Int32,
         right: Int32,
+        n_min: Int32 = None,
+        n_max: Int32 = None,
     ):
+        """n_min, n_max: the key blocks to visit (`for_split`'s share); None: the tile's whole
+        range (`full_range`)."""
         self.tile_n = tile_n
         self.has_left = has_left
         self.has_right = has_right
@@ -51,8 +62,12 @@ class BlockInfo:
         self.off = off
         self.left = left
         self.right = right
+        if n_min is None:
+            n_min, n_max = self.full_range()
+        self.n_min = n_min
+        self.n_max = n_max
 
-    _dynamic = ("row_lo", "row_hi", "len_q", "len_k", "off", "left", "right")
+    _dynamic = ("row_lo", "row_hi", "len_q", "len_k", "off", "left", "right", "n_min", "n_max")
 
     def _blocks(self, x: Int32) -> Int32:
         """floor(x / tile_n): an arithmetic shift where tile_n is a power of two (one instruction
@@ -69,8 +84,29 @@ class BlockInfo:
         dyn = [Int32(v) for v in values]
         return BlockInfo(self.tile_n, self.has_left, self.has_right, *dyn)
 
-    @cute.jit
     def n_block_range(self):
+        """(n_block_min, n_block_max): the key blocks this tile visits: those any valid row of the
+        tile may see (`full_range`), or under split-KV this split's share of them (`for_split`)."""
+        return self.n_min, self.n_max
+
+    @cute.jit
+    def for_split(self, split: Int32, num_splits: Int32) -> "BlockInfo":
+        """This tile as split `split` of `num_splits` visits it: the blocks [n_min + split * n //
+        num_splits, n_min + (split + 1) * n // num_splits) of its n = n_max - n_min (module
+        docstring). num_splits == 1 divides nothing."""
+        n_min, n_max = self.n_min, self.n_max
+        if num_splits != 1:
+            n = cutlass.max(n_max - n_min, 0)  # an empty range (a window that misses) stays empty
+            share_min = n_min + split * n // num_splits
+            n_max = n_min + (split + 1) * n // num_splits
+            n_min = share_min
+        return BlockInfo(
+            self.tile_n, self.has_left, self.has_right, self.row_lo, self.row_hi, self.len_q, self.len_k,
+            self.off, self.left, self.right, n_min, n_max,
+        )  # fmt: skip
+
+    @cute.jit
+    def full_range(self):
         """(n_block_min, n_block_max): key blocks any valid row of this tile may see."""
         n_block_max = self._blocks(self.len_k + (self.tile_n - 1))
         n_block_min = Int32(0)
@@ -86,7 +122,7 @@ class BlockInfo:
     @cute.jit
     def n_block_max_rows(self, row_first: Int32, rows: cutlass.Constexpr[int]) -> Int32:
         """The end of the key blocks rows [row_first, row_first + rows) of the tile may see (at
-        most n_block_range's); without a right bound, n_block_range's. Needs row_first < len_q."""
+        most n_block_range's: this split's share); without a right bound, n_block_range's. Needs row_first < len_q."""
         _, n_block_max = self.n_block_range()
         if const_expr(self.has_right):
             row_last = cutlass.min(row_first + rows, self.len_q) - 1
@@ -96,11 +132,11 @@ class BlockInfo:
 
     @cute.jit
     def n_block_min_rows(self, row_first: Int32) -> Int32:
-        """The first key block rows row_first.. of the tile may see (at least n_block_range's);
-        without a left bound, n_block_range's."""
+        """The first key block rows row_first.. of the tile may see, at least n_block_range's
+        (this split's share); without a left bound, n_block_range's."""
         n_block_min, _ = self.n_block_range()
         if const_expr(self.has_left):
-            n_block_min = self._blocks(cutlass.max(row_first + self.off - self.left, 0))
+            n_block_min = cutlass.max(self._blocks(cutlass.max(row_first + self.off - self.left, 0)), n_block_min)
         return n_block_min
 
     @cute.jit
@@ -167,3 +203,11 @@ def block_range_ref(tile_m, tile_n, m_block, len_q, len_k, off, left, right):
     if left is not None:
         n_min = max(m_block * tile_m + off - left, 0) // tile_n
     return n_min, n_max
+
+
+def split_share_ref(n_min, n_max, split, num_splits):
+    """Pure-Python twin of `BlockInfo.for_split`'s share of the blocks [n_min, n_max), for tests."""
+    if num_splits == 1:
+        return n_min, n_max
+    n = max(n_max - n_min, 0)
+    return n_min + split * n // num_splits, n_min + (split + 1) * n // num_splits

@@ -6,7 +6,9 @@ barrier waits for that read), or smem -> registers -> 128-bit global stores with
 (rows >= len_q are never stored; a TMA store of a partial block would write the next sequence's
 rows). LSE uses one addressing formula with run-time
 element strides: lse[b * s_b + cu_seqlens_q[b] * s_tok + row * s_row + h * s_h]; rows in
-[len_q, lse_s_max) get -inf (lse_s_max = 0 unless the layout is padded).
+[len_q, lse_s_max) get -inf (lse_s_max = 0 unless the layout is padded). Split-KV: O rows and token-row
+LSE entries start at the sequence's output offset, seqlen.offset_o (split s of a launch with
+num_splits > 1: offset_q + s * total_q, rows of the split-major workspace); Q's offset_q otherwise.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from .softmax import acc_rows_view
 
 @cute.jit
 def lse_index(seqlen, batch_idx, head_idx, row, s_b, s_tok, s_row, s_h) -> Int64:
-    """lse[b * s_b + cu_seqlens_q[b] * s_tok + row * s_row + h * s_h] (element units, 64-bit)."""
-    return Int64(batch_idx) * s_b + Int64(seqlen.offset_q) * s_tok + Int64(row) * s_row + Int64(head_idx) * s_h
+    """lse[b * s_b + cu_seqlens_q[b] * s_tok + row * s_row + h * s_h] (element units, 64-bit), with
+    cu_seqlens_q[b] the sequence's output row offset (seqlen.offset_o: split-KV's splits store into
+    rows s * total_q + ... of their workspace)."""
+    return Int64(batch_idx) * s_b + Int64(seqlen.offset_o) * s_tok + Int64(row) * s_row + Int64(head_idx) * s_h
 
 
 @cute.jit
@@ -129,7 +133,7 @@ def store_tile(
         if rows_left - part * rows >= rows:  # the whole block lies below len_q
             if tidx % 128 < 32:
                 gO_tma = cute.local_tile(
-                    cute.domain_offset((seqlen.offset_q, 0), tma_O[None, None, head_idx]),
+                    cute.domain_offset((seqlen.offset_o, 0), tma_O[None, None, head_idx]),
                     (rows, d_v),
                     ((row0 + part * rows) // rows, 0),
                 )
@@ -193,7 +197,7 @@ def store_rows(
         cute.arch.fence_view_async_shared()
         pipe_q.consumer_release(q_state)
     gO = cute.local_tile(
-        cute.domain_offset((seqlen.offset_q, 0), mO[None, head_idx, None]),
+        cute.domain_offset((seqlen.offset_o, 0), mO[None, head_idx, None]),
         (rows, d_v),
         ((row0 + part * rows) // rows, 0),
     )

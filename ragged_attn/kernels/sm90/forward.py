@@ -41,6 +41,13 @@ Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the pers
   `PipelineCpAsync`s instead of the TMA pipelines; Q still arrives by TMA (warp 0) and the MMA
   warpgroups are unchanged but for a proxy fence after each K/V wait. NHD and HND pools are one
   class (strides); the page size is the pool's run-time extent.
+- Split-KV (run-time `num_splits` = S; S = 1 is the kernel without splits): each tile of the order
+  above is taken S times, split s visiting its share of the tile's key blocks (tile_scheduler.py:
+  splits fastest in the linear order; block_info.py `for_split`), and stores its normalised O and
+  its LSE into rows s * total_q + ... of a split-major workspace that `mO` / `mLSE` then address
+  (seqlen_info.py offset_o; the O TMA descriptor covers S * total_q rows); the launch path merges the
+  S partial results (kernels/sm90/split_kv.py). A share without a key a row sees gives that row
+  O = 0, LSE = -inf (rule 2), which the merge reads as no contribution.
 - Envelopes: the class's d_qk, d_v size the smem tiles; the tensors' head dims may be smaller
   (multiples of 8). TMA descriptors carry the real extents, so Q/K/V columns past them arrive as
   zeros (they add 0 to Q K^T and to the unused O columns), and the O store skips them.
@@ -85,7 +92,7 @@ EPILOGUE_WG_BARRIER_BASE = 5  # ids 5 .. 7: one MMA warpgroup's own epilogue (wg
 O_TURN_BARRIER_BASE = 8  # ids 8 .. 10: an MMA warpgroup's turn at the shared O block (o_turns)
 REGISTERS_PER_SM = 65536
 TILE_STAGES = 2  # decoded tiles the producer warp may hand the MMA warpgroups ahead
-# One handed-over tile, Int32 words: go (0: no tile left), unit, tile, batch_idx, offset_q,
+# One handed-over tile, Int32 words: go (0: no tile left, else 1 + the tile's split-KV split), unit, tile, batch_idx, offset_q,
 # offset_k, len_q, len_k (tile_scheduler.py: a unit is a query head, or a K/V head with GQA packing);
 # classes with GQA packing add each MMA warpgroup's item (row block, query head) and the row span of
 # the tile's items (tile_config.tile_words): the MMA warps then divide by nothing between tiles.
@@ -223,12 +230,17 @@ class RaggedForwardSm90(MmaMainloops):
         num_ctas: Int32,  # persistent CTAs at most: the GPU's SM count
         mTileCounter: cute.Tensor,  # (1,) int32 tile counter: 0 before the launch, left 0 after it
         mPageTable: Optional[cute.Tensor],  # paged: (B, max_pages) int32; ragged: None
+        num_splits: Int32,  # split-KV splits (>= 1): mO / mLSE address num_splits * total_q rows
         stream: cuda.CUstream,
     ):
+        """num_splits > 1: mO is split 0's (total_q, H_q, d_v) view of a (num_splits, total_q, H_q,
+        d_v) buffer whose other splits follow it (its rows s * total_q + r are split s's row r), and
+        the LSE strides address token rows of a (num_splits, total_q, H_q) buffer the same way
+        (lse_s_max 0); the caller merges the splits (kernels/sm90/split_kv.py)."""
         self.host(
             mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
             batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
-            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, stream,
+            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, stream,
             None, None,
         )  # fmt: skip
 
@@ -261,17 +273,19 @@ class RaggedForwardSm90(MmaMainloops):
         num_ctas: Int32,
         mTileCounter: cute.Tensor,
         mPageTable: Optional[cute.Tensor],
+        num_splits: Int32,
         mSinks: Optional[cute.Tensor],  # sinks class: (H_q,) fp32 sink logits (natural log); else None
         softcap: Float32,  # softcap class: the cap (> 0); else ignored
         stream: cuda.CUstream,
     ):
         """The host entry of a class with softcap or sinks (issue 14): `__call__`'s arguments and
         then mSinks and softcap, before the stream. The other classes keep `__call__`, whose
-        signature (and so compiled object) does not change."""
+        signature (and so compiled object) does not change. A sinks class runs with num_splits 1
+        (each split would count the sink; the launch path never splits it)."""
         self.host(
             mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
             batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
-            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, stream,
+            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, stream,
             mSinks, softcap,
         )  # fmt: skip
 
@@ -279,7 +293,7 @@ class RaggedForwardSm90(MmaMainloops):
     def host(
         self, mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
         batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
-        lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, stream,
+        lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, stream,
         mSinks, softcap,
     ):  # fmt: skip
         """The host side of both entries (`__call__`: mSinks and softcap None)."""
@@ -361,7 +375,13 @@ class RaggedForwardSm90(MmaMainloops):
         tma_atom_O, tma_O = None, None
         if const_expr(self.tma_o_store):
             # One warpgroup's 64 rows of sO (a slice of the tile's layout, same swizzle) per store.
-            mOt = cute.make_tensor(mO.iterator, cute.select(mO.layout, mode=[0, 2, 1]))
+            # (num_splits * total_q, d_v, H_q): split s's rows follow split s - 1's (split-KV workspace).
+            mOt = cute.make_tensor(
+                mO.iterator,
+                cute.make_layout(
+                    (mO.shape[0] * num_splits, mO.shape[2], mO.shape[1]), stride=(mO.stride[0], mO.stride[2], mO.stride[1])
+                ),
+            )
             sO_wg_layout = cute.composition(sO_layout, cute.make_layout((64, self.d_v), stride=(1, self.o_rows)))
             tma_atom_O, tma_O = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileS2GOp(), mOt, sO_wg_layout, (64, self.d_v)
@@ -379,10 +399,14 @@ class RaggedForwardSm90(MmaMainloops):
         num_heads_kv = cute.size(mK.shape[2]) if const_expr(self.paged) else cute.size(mK.shape[1])
         total_q = cute.size(mQ.shape[0])
         pack_r = Int32(1)
-        tiles_max, packed, num_tiles = self.tile_counts(pack_r, num_heads, total_q, batch, max_seqlen_q, lse_s_max)
+        tiles_max, packed, num_tiles = self.tile_counts(
+            pack_r, num_heads, total_q, batch, max_seqlen_q, lse_s_max, num_splits
+        )  # fmt: skip
         if const_expr(self.pack_gqa):
             ratio = num_heads // num_heads_kv
-            tiles_max_p, packed_p, num_tiles_p = self.tile_counts(ratio, num_heads, total_q, batch, max_seqlen_q, lse_s_max)
+            tiles_max_p, packed_p, num_tiles_p = self.tile_counts(
+                ratio, num_heads, total_q, batch, max_seqlen_q, lse_s_max, num_splits
+            )  # fmt: skip
             if num_tiles_p * Int64(PACK_MIN_SAVING[1]) <= num_tiles * Int64(PACK_MIN_SAVING[1] - PACK_MIN_SAVING[0]):
                 pack_r = ratio
                 tiles_max, packed, num_tiles = tiles_max_p, packed_p, num_tiles_p
@@ -420,6 +444,7 @@ class RaggedForwardSm90(MmaMainloops):
             tiles_max,
             num_tiles,
             pack_r,
+            num_splits,
             use_seqused_q,
             use_seqused_k,
             lse_s_max,
@@ -453,9 +478,13 @@ class RaggedForwardSm90(MmaMainloops):
         )
 
     @cute.jit
-    def tile_counts(self, pack_r: Int32, num_heads: Int32, total_q: Int32, batch: Int32, max_seqlen_q: Int32, lse_s_max: Int32):
+    def tile_counts(
+        self, pack_r: Int32, num_heads: Int32, total_q: Int32, batch: Int32, max_seqlen_q: Int32, lse_s_max: Int32,
+        num_splits: Int32,
+    ):  # fmt: skip
         """(tiles_max, packed, num_tiles) of the linear tile order with pack_r query heads per unit
-        (tile_scheduler.py; its launch_schedule_ref is the Python twin)."""
+        and num_splits split-KV splits per tile (tile_scheduler.py; its launch_schedule_ref is the
+        Python twin)."""
         num_wg = self.num_mma_warpgroups
         q_rows = cutlass.max(max_seqlen_q, lse_s_max)
         row_blocks = q_rows // ROW_BLOCK + Int32(q_rows % ROW_BLOCK != 0)  # ceil without overflow near 2**31
@@ -463,7 +492,7 @@ class RaggedForwardSm90(MmaMainloops):
         slots = Int64(pack_r) * Int64(total_q) // Int64(self.tile_m) + Int64(batch) * Int64(slot_slack(pack_r, num_wg))
         fewer = Int32(slots < Int64(tiles_max) * Int64(batch))
         packed = Int32(lse_s_max == 0) * fewer
-        num_tiles = total_tiles(num_heads // pack_r, total_q, batch, tiles_max, packed, pack_r, self.tile_m)
+        num_tiles = total_tiles(num_heads // pack_r, total_q, batch, tiles_max, packed, pack_r, self.tile_m, num_splits)
         return tiles_max, packed, num_tiles
 
     def storage_struct(self, sQ_layout, sK_layout, sV_layout, sO_layout):
@@ -516,6 +545,7 @@ class RaggedForwardSm90(MmaMainloops):
         tiles_max: Int32,
         num_tiles: Int64,  # linear tile indices in all
         pack_r: Int32,  # query heads per unit: H_q / H_kv with GQA packing, else 1 (tile_scheduler.py)
+        num_splits: Int32,  # split-KV splits per tile (1: none; tile_scheduler.py, block_info.py)
         use_seqused_q: Int32,
         use_seqused_k: Int32,
         lse_s_max: Int32,
@@ -645,7 +675,9 @@ class RaggedForwardSm90(MmaMainloops):
             num_tiles, cute.size(tma_Q.shape[2]) // pack_r, pack_r, ratio, tiles_max, packed,
             mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
         )  # fmt: skip
-        handoff = (pipe_tile, sTile, mTileCounter, pack_r)
+        # Split-KV: (num_splits, total_q), read by the tile decode, the block ranges and the stores.
+        splits = (num_splits, cute.size(tma_Q.shape[0]))
+        handoff = (pipe_tile, sTile, mTileCounter, pack_r, splits)
         q_tma = (tma_Q, tma_Qw, tma_atom_Qw)  # the producer's Q loads (load_q)
         lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
         mask_numbers = (window_left, window_right, bottom_right)
@@ -686,26 +718,33 @@ class RaggedForwardSm90(MmaMainloops):
                 cute.arch.prefetch((mArr.iterator + i).llvm_ptr, cache_level="L1")
 
     @cute.jit
-    def tile_at(self, t: Int64, sched, mask_numbers):
+    def tile_at(self, t: Int64, sched, mask_numbers, splits):
         """Decode linear tile index t (tile_scheduler.py) into (unit, tile, batch_idx, has_rows,
-        seqlen, block_info, items); a whole warp decodes t together. items: `items_of`'s words,
-        computed once here for the hand-over, the block range and the Q loads."""
+        seqlen, block_info, items, split); a whole warp decodes t together. items: `items_of`'s
+        words, computed once here for the hand-over, the block range and the Q loads. seqlen and
+        block_info are split `split`'s (its output rows, its share of the key blocks)."""
         _, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k = sched
-        unit, tile, batch_idx, has_rows, seqlen = decode_tile(
+        num_splits, total_q = splits
+        unit, tile, batch_idx, has_rows, seqlen, split = decode_tile(
             t, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
-            self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8), self.l2_kv_head_groups,
+            self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8), self.l2_kv_head_groups, num_splits,
         )  # fmt: skip
+        seqlen = seqlen.for_split(split, total_q)
         items = self.items_of(unit, tile, pack_r, seqlen, packed)
         rows = None
         if const_expr(len(items) > 0):
             rows = (items[-2], items[-1])
-        block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers, rows)
-        return unit, tile, batch_idx, has_rows, seqlen, block_info, items
+        block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers, rows, split, num_splits)
+        return unit, tile, batch_idx, has_rows, seqlen, block_info, items, split
 
     @cute.jit
-    def block_info_of(self, tile: Int32, pack_r: Int32, seqlen: SeqlenInfo, mask_numbers, rows=None) -> BlockInfo:
+    def block_info_of(
+        self, tile: Int32, pack_r: Int32, seqlen: SeqlenInfo, mask_numbers, rows, split: Int32, num_splits: Int32
+    ) -> BlockInfo:  # fmt: skip
         """The key-block arithmetic of a sequence's tile `tile` (block_info.py) over the rows its
-        warpgroups' items span (tile_scheduler.tile_rows, or `rows` = (row_lo, row_hi) as handed over)."""
+        warpgroups' items span (tile_scheduler.tile_rows, or `rows` = (row_lo, row_hi) as handed
+        over; None: tile_rows), visiting split `split`'s share of the key blocks (`for_split`:
+        computed here, once per tile)."""
         window_left, window_right, bottom_right = mask_numbers
         off = Int32(0)
         if const_expr(self.has_right):
@@ -723,9 +762,10 @@ class RaggedForwardSm90(MmaMainloops):
             row_lo, row_hi = tile_rows(tile, pack_r, self.num_mma_warpgroups)
         else:
             row_lo, row_hi = rows
-        return BlockInfo(
+        block_info = BlockInfo(
             self.tile_n, self.has_left, self.has_right, row_lo, row_hi, seqlen.len_q, seqlen.len_k, off, left, right,
         )  # fmt: skip
+        return block_info.for_split(split, num_splits)
 
     # ------------------------------------------------------------------ producer warp
     @cute.jit
@@ -768,15 +808,16 @@ class RaggedForwardSm90(MmaMainloops):
         -> (q_state, kv_state)` (`load_tile` or `load_paged_tile`), or write a row-less tile's
         padded LSE -inf; then the next ticket (`next_tile`). Past the last, a tile with go = 0
         tells the readers to stop."""
-        pipe_tile, sTile, mTileCounter, pack_r = handoff
+        pipe_tile, sTile, mTileCounter, pack_r, splits = handoff
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_STAGES)
         num_tiles = sched[0]
         lane = cute.arch.lane_idx()
         t = Int64(cute.arch.block_idx()[0])
         while t < num_tiles:
-            unit, tile, batch_idx, has_rows, seqlen, block_info, items = self.tile_at(t, sched, mask_numbers)
+            unit, tile, batch_idx, has_rows, seqlen, block_info, items, split = self.tile_at(t, sched, mask_numbers, splits)
             if has_rows != 0:
-                tile_state = self.hand_over(pipe_tile, sTile, tile_state, Int32(1), unit, tile, batch_idx, seqlen, items)
+                go = split + 1  # non-zero: a tile; the readers recover its split
+                tile_state = self.hand_over(pipe_tile, sTile, tile_state, go, unit, tile, batch_idx, seqlen, items)
                 q_state, kv_state = load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items)
             else:
                 self.fill_padded_lse(lse_args, seqlen, batch_idx, unit, tile, pack_r, lane, 32)
@@ -795,12 +836,15 @@ class RaggedForwardSm90(MmaMainloops):
         q_state, kv_state, item) -> (q_state, kv_state)` (`mma_tile` or `load_paged_tile`) per
         tile, until one with go = 0. item: MMA warpgroup wg_idx's (row_block, head_idx) as handed
         over (classes with GQA packing), else None."""
-        pipe_tile, sTile, _, pack_r = handoff
+        pipe_tile, sTile, _, pack_r, splits = handoff
+        num_splits, total_q = splits
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
         go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
         while go != 0:
-            block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers, rows)
-            q_state, kv_state = run_one(run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item)
+            split = go - 1  # the tile's split-KV split (0 without split-KV)
+            split_seqlen = seqlen.for_split(split, total_q)  # its output rows
+            block_info = self.block_info_of(tile, pack_r, split_seqlen, mask_numbers, rows, split, num_splits)
+            q_state, kv_state = run_one(run_args, split_seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item)
             go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
 
     @cute.jit

@@ -21,9 +21,10 @@ COMPILED_ARGS = (
     "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
     "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
-    "lse_scale", "num_ctas", "tile_counter", "page_table",
+    "lse_scale", "num_ctas", "tile_counter", "page_table", "num_splits",
 )
-# A class with softcap or sinks (issue 14) takes two more, after page_table: sinks ((H_q,) float32,
+# num_splits: split-KV's run-time split count (1: none; kernels/sm90/split_kv.py).
+# A class with softcap or sinks (issue 14) takes two more, after num_splits: sinks ((H_q,) float32,
 # None for a class without sinks) and softcap (a float, ignored by a class without softcap). The
 # other classes' functions (and compiled objects) are unchanged.
 COMPILED_ARGS_EXT = COMPILED_ARGS + ("sinks", "softcap")
@@ -246,7 +247,7 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
         q, k, v, out, lse, cu_q, cu_k, su_q, su_k,
         Int32(0), Int32(0), Int32(1), Int32(1), Int32(0), Float32(1.0),
         Int32(-1), Int32(-1), Int32(1),
-        Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2), Int32(1), counter, page_table,
+        Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2), Int32(1), counter, page_table, Int32(1),
     )  # fmt: skip
     if extended(layout_class):
         # (H_q,) float32 sinks: the same extent as q's heads (TVM-FFI checks it).

@@ -18,11 +18,15 @@ Units and items (GQA packing at warpgroup granularity, `pack_r`):
   Measured gain: tile_config.py (short batches leave a 192-row tile's third warpgroup idle when a
   sequence's row blocks are not a multiple of three; packed, the next query head's blocks fill it).
 
-Linear order (units fastest, then a sequence's slots, then sequences):
-- "per sequence": t = unit + U * (slot + tiles_max * b), tiles_max = ceil(pack_r * ceil(q_rows /
+Linear order (split-KV splits fastest, then units, then a sequence's slots, then sequences):
+- split-KV (a launch's run-time num_splits = S; S = 1 is the order without splits): linear index
+  t = split + S * u, where u is the index of the order below; a tile's S splits are consecutive, so a
+  sequence's splits start together and each takes its share of the tile's key blocks
+  (block_info.BlockInfo.for_split). With S = 1 nothing is divided.
+- "per sequence": u = unit + U * (slot + tiles_max * b), tiles_max = ceil(pack_r * ceil(q_rows /
   64) / W) slots for every sequence, q_rows = max(max_seqlen_q, lse_s_max) (padded LSE rows need
   them);
-- "packed" (no padded LSE, and fewer slots): sequence b owns the slots [first(b), first(b + 1)),
+- "packed" (no padded LSE, and fewer slots): u = unit + U * slot_lin; sequence b owns the slots [first(b), first(b + 1)),
   first(b) = pack_r * cu_seqlens_q[b] // tile_m + k * b with k = (pack_r + 2 W - 2) // W, which
   hold its tiles (`slot_slack`: why k suffices); b is found by a search over cu_seqlens_q.
 Slot j < tiles_q of a sequence is its (j+1)-th tile from the end, so the costliest causal tiles
@@ -67,14 +71,14 @@ def slot_slack(pack_r, num_wg: int):
 @cute.jit
 def total_tiles(
     num_units: Int32, total_q: Int32, batch: Int32, tiles_max: Int32, packed: Int32, pack_r: Int32,
-    tile_m: cutlass.Constexpr[int],
+    tile_m: cutlass.Constexpr[int], num_splits: Int32 = 1,
 ) -> Int64:  # fmt: skip
-    """Number of linear tile indices (64-bit: units * slots may pass 2**31)."""
+    """Number of linear tile indices, num_splits per (unit, slot) (64-bit: units * slots may pass 2**31)."""
     num_wg = tile_m // ROW_BLOCK
     slots = Int64(pack_r) * Int64(total_q) // Int64(tile_m) + Int64(batch) * Int64(slot_slack(pack_r, num_wg))
     if packed == 0:
         slots = Int64(tiles_max) * Int64(batch)
-    return slots * Int64(num_units)
+    return slots * Int64(num_units) * Int64(num_splits)
 
 
 @cute.jit
@@ -222,14 +226,21 @@ def decode_tile(
     tile_m: cutlass.Constexpr[int],
     token_bytes: cutlass.Constexpr[int],  # (d_qk + d_v) * element bytes: one token's K and V of one head
     kv_head_groups: cutlass.Constexpr[bool] = False,  # L2 groups counted in K/V heads (`l2_group`)
+    num_splits: Int32 = 1,  # split-KV splits per (unit, slot): the fastest digit of t
 ):
-    """(unit, tile, batch_idx, has_rows, seqlen) of linear tile index t (see the module);
-    has_rows == 0: nothing to compute (at most padded LSE rows past len_q to fill). A whole warp
-    calls it with the same t: the 32 lanes find the sequence together (`sequence_of_slot_warp`),
-    one load latency per 32x narrowing instead of one per halving."""
+    """(unit, tile, batch_idx, has_rows, seqlen, split) of linear tile index t (see the module);
+    has_rows == 0: nothing to compute (at most padded LSE rows past len_q to fill); split: which of
+    the tile's num_splits key-block shares (0 without split-KV). A whole warp calls it with the same
+    t: the 32 lanes find the sequence together (`sequence_of_slot_warp`), one load latency per 32x
+    narrowing instead of one per halving."""
     num_wg = tile_m // ROW_BLOCK
-    unit_x = Int32(t % Int64(num_units))
-    slot_lin = t // Int64(num_units)
+    split = Int32(0)
+    t_unsplit = t
+    if num_splits != 1:  # no division on the unsplit path
+        t_unsplit = t // Int64(num_splits)
+        split = Int32(t - t_unsplit * Int64(num_splits))
+    unit_x = Int32(t_unsplit % Int64(num_units))
+    slot_lin = t_unsplit // Int64(num_units)
     has_slot = Int32(1)
     batch_idx = Int32(0)
     slot = Int32(0)
@@ -275,13 +286,16 @@ def decode_tile(
     has_rows = has_slot
     if tile >= tiles_q:
         has_rows = Int32(0)
-    return unit, tile, batch_idx, has_rows, seqlen
+    return unit, tile, batch_idx, has_rows, seqlen, split
 
 
-def launch_schedule_ref(lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512):
+def launch_schedule_ref(
+    lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512, num_splits=1
+):  # fmt: skip
     """Pure-Python twin of the launch's tile counts (forward.py __call__): (num_units, pack_r,
     tiles_max, packed, num_tiles) for sequences of lengths lens_q (cu_seqlens_q their prefix sums).
-    pack: the class may pack GQA groups ("always": pack whatever it saves, for tests of the cover)."""
+    pack: the class may pack GQA groups ("always": pack whatever it saves, for tests of the cover).
+    num_splits: split-KV splits per (unit, slot) (num_tiles counts each)."""
     if pack is True:
         _, _, _, _, unpacked = launch_schedule_ref(lens_q, lens_k, num_heads, num_heads_kv, tile_m, False, lse_s_max)
         _, _, _, _, packed = launch_schedule_ref(lens_q, lens_k, num_heads, num_heads_kv, tile_m, "always", lse_s_max)
@@ -295,15 +309,16 @@ def launch_schedule_ref(lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, l
     batch = len(lens_q)
     slots = pack_r * sum(lens_q) // tile_m + batch * slot_slack(pack_r, num_wg)
     packed = int(lse_s_max == 0 and slots < tiles_max * batch)
-    num_tiles = (slots if packed else tiles_max * batch) * num_units
+    num_tiles = (slots if packed else tiles_max * batch) * num_units * num_splits
     return num_units, pack_r, tiles_max, packed, num_tiles
 
 
 def decode_tile_ref(
-    t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False
-):
+    t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False,
+    num_splits=1,
+):  # fmt: skip
     """Pure-Python twin of `decode_tile` (with the launch's counts): (unit, tile, batch_idx,
-    has_rows, pack_r), for tests."""
+    has_rows, pack_r, split), for tests."""
     num_wg = tile_m // ROW_BLOCK
     num_units, pack_r, tiles_max, packed, _ = launch_schedule_ref(
         lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max, token_bytes
@@ -312,6 +327,7 @@ def decode_tile_ref(
     cu = [0]
     for n in lens_q:
         cu.append(cu[-1] + n)
+    t, split = divmod(t, num_splits)
     unit_x, slot_lin = t % num_units, t // num_units
     has_slot = 1
     if packed:
@@ -335,7 +351,7 @@ def decode_tile_ref(
         unit = g * group + u
     tile = tiles_q - 1 - slot if slot < tiles_q else slot
     has_rows = int(has_slot and tile < tiles_q)
-    return unit, tile, b, has_rows, pack_r
+    return unit, tile, b, has_rows, pack_r, split
 
 
 def item_shift_ref(pack_r, packed, len_q, num_wg):
