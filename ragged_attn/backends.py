@@ -205,8 +205,31 @@ def launch_cute(layout_class: LayoutClass, problem: Problem, t: Tensors) -> tupl
             lse.fill_(-math.inf)
         return out, lse
     compiled = compile_cache.get_kernel(layout_class, sm90.compile_forward)
-    sm90.launch_forward(compiled, **kernel_arguments(problem, t, out, lse))
+    splits = num_splits_for(layout_class, problem)
+    sm90.launch_forward(
+        compiled, **kernel_arguments(problem, t, out, lse), num_splits=splits,
+        fresh_outputs=t.out is None and t.lse is None,
+    )  # fmt: skip
     return out, lse
+
+
+def num_splits_for(layout_class: LayoutClass, problem: Problem) -> int:
+    """Split-KV's split count for a checked problem of `layout_class` (kernels/sm90/split_kv.py:
+    1 where the class or the LSE layout may not split, else `choose_num_splits` over the call's
+    host integers and the class's tile). No device read."""
+    from .kernels.sm90 import launch, split_kv
+    from .kernels.sm90.tile_config import tile_config
+
+    if not split_kv.split_allowed(layout_class, problem.lse_layout) or problem.total_k == 0:
+        return 1
+    if problem.device.type != "cuda":  # a stand-in launch (CPU tests): no SM count to fill
+        return 1
+    cfg = tile_config(layout_class)
+    max_q = problem.max_seqlen_q if problem.max_seqlen_q is not None else problem.total_q
+    return split_kv.choose_num_splits(
+        problem.batch, problem.total_q, max_q, problem.max_seqlen_k, problem.h_q, problem.h_kv,
+        launch.sm_count(problem.device), cfg.tile_m, cfg.tile_n, cfg.pack_gqa,
+    )  # fmt: skip
 
 
 def lse_strides(problem: Problem, lse: torch.Tensor | None) -> tuple[int, int, int, int]:

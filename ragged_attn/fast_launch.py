@@ -32,7 +32,8 @@ import threading
 import torch
 
 from .backends import MAX_BATCH, MAX_HEADS, MAX_PADDED_LSE_ROWS, MAX_TOKENS
-from .kernels.sm90.launch import tile_counter
+from .kernels.sm90.launch import rows_inside, tile_counter
+from .kernels.sm90.split_kv import choose_num_splits, run_splits
 from .layout_class import head_dim_class
 from .problem import Problem
 
@@ -70,6 +71,25 @@ def _with_sinks(compiled, softcap: float, slot):
     return call
 
 
+def _split_tiles(problem: Problem):
+    """(tile_m, tile_n, pack_gqa) of the problem's class where its launches may split
+    (kernels/sm90/split_kv.py `split_allowed`), else None."""
+    from .backends import layout_class_for
+    from .kernels.sm90.split_kv import split_allowed
+    from .kernels.sm90.tile_config import tile_config
+
+    if not problem.return_lse:
+        return None
+    try:
+        layout_class = layout_class_for(problem)
+    except NotImplementedError:
+        return None
+    if not split_allowed(layout_class, problem.lse_layout):
+        return None
+    cfg = tile_config(layout_class)
+    return cfg.tile_m, cfg.tile_n, cfg.pack_gqa
+
+
 class BoundKernel:
     """A compiled kernel with the plan's fixed options bound; `try_launch` is the hot path."""
 
@@ -83,6 +103,7 @@ class BoundKernel:
         "_options",
         "_return_lse",
         "_sinks_slot",
+        "_split",
     )  # fmt: skip
 
     def __init__(self, compiled, problem: Problem, default_scale: bool = False):
@@ -119,6 +140,7 @@ class BoundKernel:
         self._return_lse = problem.return_lse
         self._lse_layout = problem.lse_layout
         self._lse_scale = 1.0 if problem.lse_base == "log2" else _LN2
+        self._split = _split_tiles(problem)
 
     def try_launch(self, q, k, v, cu_q, cu_k, max_q, seqused_q, seqused_k, page_table, out, lse, max_k=None, sinks=None):
         """Launch and return out or (out, lse); None when the checked path must take the call.
@@ -232,17 +254,31 @@ class BoundKernel:
             s_max = max_q
             lse = q.new_empty((batch, s_max, h_q), dtype=_F32)
             strides = (s_max * h_q, 0, h_q, 1)
+        inside = None  # split-KV merges write every row of a buffer made here (split_kv.run_splits)
         if out is None:
             out = q.new_empty((total_q, h_q, d_v))
             if flag_q:
                 out.zero_()
+        elif self._split is not None:
+            inside = False  # the caller's out: computed below where the launch splits
         if slot is not None:
             slot.sinks = sinks
+        splits = 1
+        if self._split is not None and type(max_k) is int:
+            tile_m, tile_n, pack_gqa = self._split
+            splits = choose_num_splits(batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, tile_m, tile_n, pack_gqa)
+        args = (
+            q, k, v, out, lse.view(-1), cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, s_max,
+            scale, left, right, bottom_right, *strides, self._lse_scale, self._num_ctas, tile_counter(q), None, 1,
+        )  # fmt: skip
         try:
-            self._compiled(
-                q, k, v, out, lse.view(-1), cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, s_max,
-                scale, left, right, bottom_right, *strides, self._lse_scale, self._num_ctas, tile_counter(q), None,
-            )  # fmt: skip
+            if splits == 1:
+                self._compiled(*args)
+            else:
+                if inside is False:
+                    inside = rows_inside(cu_q, used_q if flag_q else None, batch, total_q)
+                lse_rows = lse if layout == "token_major" else lse.t()
+                run_splits(self._compiled, args, splits, out, lse_rows, self._lse_scale == 1.0, inside)
         except (ValueError, TypeError):  # the TVM-FFI entry's checks (before any launch): the checked path names it
             return None
         return out, lse

@@ -316,6 +316,26 @@ def fill_without_keys(
         view.copy_(torch.where(inside[:, None], value, view))
 
 
+def _check_split(num_splits, q, lse, lse_s_max: int, lse_strides, page_table, sinks) -> None:
+    """ValueError unless launch_forward may run num_splits splits (its docstring says when)."""
+    from .split_kv import max_splits_for_rows
+
+    s_b, s_tok, s_row, _ = lse_strides
+    why = None
+    if type(num_splits) is not int or num_splits < 1:
+        why = "expected an int >= 1"
+    elif lse is None or lse_s_max != 0 or s_b != 0 or s_tok != s_row:
+        why = "splits need a token- or head-major LSE (the merge reads each split's)"
+    elif page_table is not None:
+        why = "paged K/V runs unsplit"
+    elif sinks is not None:
+        why = "a sinks class runs unsplit (each split would count the sink)"
+    elif num_splits > max_splits_for_rows(q.shape[0]):
+        why = f"num_splits * total_q must stay below 2**31 (total_q = {q.shape[0]})"
+    if why is not None:
+        raise ValueError(f"num_splits: {why}, got {num_splits!r}")
+
+
 def launch_forward(
     compiled,
     *,
@@ -342,6 +362,8 @@ def launch_forward(
     extended: bool = False,
     sinks=None,
     softcap: float = 0.0,
+    num_splits: int = 1,
+    fresh_outputs: bool = False,
 ):
     """Launch `compiled` on torch's current stream. The caller has checked everything.
 
@@ -369,7 +391,18 @@ def launch_forward(
     follow the kernel's rules (`fill_without_keys`, `rows_inside`): O = 0 and LSE -inf, or with sinks
     the head's sink, on the rows of the sequences (they see no key); -inf for padded rows past a
     length; rows outside every sequence are not written (a caller's out and LSE keep them).
+    num_splits: split-KV's split count (kernels/sm90/split_kv.py; the caller chooses it,
+    `choose_num_splits`, or a test forces it). 1: the kernel writes out and lse directly. > 1: the
+    kernel writes a workspace of num_splits partial results and `run_splits` merges them into out
+    and lse; needs an LSE that is a (total_q, H_q) view (token- or head-major: lse_s_max 0, s_b 0,
+    s_tok == s_row), ragged K/V, no sinks, and num_splits * total_q < 2**31 (ValueError otherwise,
+    before anything is launched). A launch without keys (total_k 0) runs unsplit.
+    fresh_outputs: out and lse were made for this call, so the merge may write their rows outside
+    every sequence too (O = 0, LSE = -inf there); False: only the sequences' rows are written, as
+    without splits.
     """
+    if num_splits != 1:
+        _check_split(num_splits, q, lse, lse_s_max, lse_strides, page_table, sinks)
     if batch == 0 or q.shape[1] == 0 or max(max_seqlen_q, lse_s_max) == 0:
         return
     if q.shape[0] > 0 and k.shape[0] == 0 and page_table is None and out.dtype == q.dtype:
@@ -379,6 +412,7 @@ def launch_forward(
         # the caller's rows outside every sequence as they were.
         k, v = q, out
         seqused_k = None
+        num_splits = 1  # no key block to share
     elif q.shape[0] == 0 or k.shape[0] == 0:
         # TMA descriptors need non-empty extents. No queries: only padded LSE rows remain (all
         # past len_q = 0). An empty page pool (or out of another dtype than q, which cannot stand
@@ -407,7 +441,7 @@ def launch_forward(
         span = 1 + sum((n - 1) * s for n, s in zip(lse.shape, lse.stride()) if n > 0)
         lse_flat = lse.as_strided((span,), (1,))
     s_b, s_tok, s_row, s_h = lse_strides
-    compiled(
+    args = (
         q, k, v, out, lse_flat, cu_seqlens_q, cu_seqlens_k,
         seqused_q if seqused_q is not None else cu_seqlens_q,
         seqused_k if seqused_k is not None else cu_seqlens_k,
@@ -420,5 +454,15 @@ def launch_forward(
         sm_count(q.device),
         tile_counter(q),
         page_table,
+        1,
         *((sinks, float(softcap)) if extended else ()),
-    )
+    )  # fmt: skip
+    if num_splits == 1:
+        compiled(*args)
+        return
+    from .split_kv import run_splits
+
+    # The LSE's (total_q, H_q) view: token rows t at t * s_tok (checked above: no padded LSE).
+    lse_rows = lse.as_strided((q.shape[0], q.shape[1]), (s_tok, s_h))
+    inside = None if fresh_outputs else rows_inside(cu_seqlens_q, seqused_q, batch, q.shape[0])
+    run_splits(compiled, args, num_splits, out, lse_rows, lse_base_is_log2, inside)

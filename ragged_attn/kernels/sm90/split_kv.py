@@ -1,0 +1,164 @@
+"""Split-KV on the host: how many splits a launch takes, and the workspace and merge around them.
+
+Rows with few queries over many keys (decode rows and chunked-prefill tails, as vLLM's V1 engine
+sends them in one varlen call) leave most SMs idle when one tile owns a sequence's whole key range.
+With `num_splits` = S > 1 the persistent kernel takes each tile S times, split s visiting its share
+of the tile's key blocks (tile_scheduler.py, block_info.py `for_split`), and stores its normalised O
+and its LSE into a workspace; `run_splits` then merges the S partial results into the caller's
+out and LSE (ragged_attn.merge.merge_states: a row's result is sum_s w_s O_s, w_s = exp(lse_s -
+lse), lse = log sum_s exp(lse_s); a split whose LSE is -inf saw no key of the row and contributes
+nothing). S is a run-time argument of every class's one compiled kernel; S = 1 is the kernel
+without splits (nothing is divided, nothing is allocated).
+
+Rules (tests/test_split_kv.py; tests/gpu/test_split_kv_gpu.py on a GPU):
+1. S comes from host integers only (`choose_num_splits`: batch, total_q, max_seqlen_q,
+   max_seqlen_k, H_q, H_kv, the SM count, the class's tile): no device read, CUDA-graph capturable.
+2. S > 1 only where `split_allowed`: a class that produces an LSE (the merge needs each split's),
+   ragged K/V, no sinks (each split would count the sink), and a token- or head-major LSE (an
+   (total_q, H_q) view; a padded LSE keeps S = 1). Paged classes keep S = 1 (docs/SUPPORT_MATRIX.md).
+3. num_splits * total_q < 2**31 (the kernel's output rows are int32): `max_splits_for_rows`.
+4. The workspace, allocated per launch from torch's caching allocator (capturable): O partials
+   (S, total_q, H_q, d_v) in out's dtype (the kernel's O stores are in the class's out dtype; each
+   partial is rounded once before the float32 merge, within the tests' tolerance; FlashAttention 3
+   keeps float32 partials) and LSE partials (S, total_q, H_q) float32 filled with -inf, so that rows
+   outside every sequence (never written by the kernel) merge to O = 0, LSE = -inf without reading
+   uninitialised memory; a caller's out / LSE keeps those rows (`run_splits`' `inside`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+# At most 16 splits: with 8 query heads of one decode row (8 tiles) on an H200's 132 SMs the
+# wave rule below asks for 14; more would only add workspace traffic for the merge.
+MAX_SPLITS = 16
+# FlashAttention 3's thresholds (hopper/heuristics.h `num_splits_heuristic`, read 2026-12-03):
+FILL_FRACTION = 0.8  # no split once the tiles fill this fraction of the SMs
+MIN_KEY_BLOCKS = 5  # no split over fewer key blocks (FA3: never when n_blocks <= 4)
+EFFICIENCY_SHARE = 0.85  # the fewest splits whose wave efficiency is this share of the best
+SPLIT_LSE_LAYOUTS = ("token_major", "head_major")  # LSE layouts that are a (total_q, H_q) view
+INT32_ROWS = 2**31 - 1
+
+
+def unsplit_tiles(
+    batch: int, total_q: int, max_seqlen_q: int, h_q: int, h_kv: int, tile_m: int, pack_gqa: bool
+) -> int:  # fmt: skip
+    """The kernel's linear tile count without splits (forward.py `tile_counts`, token-row LSE:
+    lse_s_max 0), from host integers: per-sequence slots or packed by cu_seqlens_q, whichever is
+    fewer; with GQA packing where the class packs and it saves PACK_MIN_SAVING of the tiles."""
+    from .tile_scheduler import PACK_MIN_SAVING, ROW_BLOCK, slot_slack  # the DSL, imported on first use
+
+    num_wg = tile_m // ROW_BLOCK
+
+    def count(pack_r: int) -> int:
+        row_blocks = -(-max_seqlen_q // ROW_BLOCK)
+        tiles_max = -(-pack_r * row_blocks // num_wg)
+        slots = pack_r * total_q // tile_m + batch * slot_slack(pack_r, num_wg)
+        return min(slots, tiles_max * batch) * (h_q // pack_r)
+
+    tiles = count(1)
+    ratio = h_q // h_kv
+    if pack_gqa and ratio > 1:
+        packed = count(ratio)
+        keep, of = PACK_MIN_SAVING
+        if packed * of <= tiles * (of - keep):
+            tiles = packed
+    return tiles
+
+
+def max_splits_for_rows(total_q: int) -> int:
+    """The most splits whose workspace rows (num_splits * total_q) the kernel's int32 row offsets reach."""
+    return INT32_ROWS // max(total_q, 1)
+
+
+def wave_split_count(tiles: int, key_blocks: int, sm_count: int, max_splits: int = MAX_SPLITS) -> int:
+    """FlashAttention 3's rule (hopper/heuristics.h `num_splits_heuristic`; written anew here): 1
+    when the tiles already fill FILL_FRACTION of the SMs or the keys are fewer than MIN_KEY_BLOCKS
+    blocks; else, over S = 1 .. min(max_splits, sm_count, key_blocks), the wave efficiency
+    e(S) = w / ceil(w) of w = tiles * S / sm_count waves, and the fewest S with e(S) >=
+    EFFICIENCY_SHARE * max e. (FA3 also splits a long non-causal key range of a full grid when one
+    K/V head passes 50 MB of L2; this kernel's L2 head groups serve that case: not taken.)"""
+    if tiles <= 0 or sm_count <= 0 or tiles >= FILL_FRACTION * sm_count or key_blocks < MIN_KEY_BLOCKS:
+        return 1
+    limit = max(1, min(max_splits, sm_count, key_blocks))
+    efficiency = []
+    for s in range(1, limit + 1):
+        waves = tiles * s / sm_count
+        efficiency.append(waves / math.ceil(waves))
+    best = max(efficiency)
+    return next(s for s, e in enumerate(efficiency, start=1) if e >= EFFICIENCY_SHARE * best)
+
+
+@functools.lru_cache(maxsize=256)
+def choose_num_splits(
+    batch: int, total_q: int, max_seqlen_q: int, max_seqlen_k, h_q: int, h_kv: int, sm_count: int,
+    tile_m: int, tile_n: int, pack_gqa: bool = False,
+) -> int:  # fmt: skip
+    """Split-KV splits for one launch of a class that may split (`split_allowed`), from host
+    integers only (no device read: CUDA-graph capturable): `wave_split_count` over the kernel's
+    unsplit tile count (`unsplit_tiles`) and the key blocks of the longest key range
+    (ceil(max_seqlen_k / tile_n)), capped by MAX_SPLITS and `max_splits_for_rows`. max_seqlen_k None
+    (the call did not say): 1. Cached (a call's integers repeat from step to step)."""
+    if max_seqlen_k is None or batch <= 0 or total_q <= 0 or max_seqlen_q <= 0 or h_kv <= 0:
+        return 1
+    tiles = unsplit_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m, pack_gqa)
+    key_blocks = -(-max_seqlen_k // tile_n)
+    cap = min(MAX_SPLITS, max_splits_for_rows(total_q))
+    return wave_split_count(tiles, key_blocks, sm_count, cap)
+
+
+def split_allowed(layout_class, lse_layout: str) -> bool:
+    """Whether launches of `layout_class` writing an LSE of layout `lse_layout` may split (rule 2)."""
+    return (
+        layout_class.lse and layout_class.kv == "ragged" and not layout_class.sinks
+        and lse_layout in SPLIT_LSE_LAYOUTS
+    )  # fmt: skip
+
+
+@functools.cache
+def _positions() -> dict:
+    from .launch import COMPILED_ARGS
+
+    return {name: i for i, name in enumerate(COMPILED_ARGS)}
+
+
+def run_splits(compiled, args, num_splits: int, out, lse_rows, lse_base_is_log2: bool, inside=None):
+    """Launch `compiled` with num_splits > 1 into a fresh workspace and merge the splits.
+
+    args: the compiled function's arguments for this launch without splits (COMPILED_ARGS order,
+    then a -softcap class's sinks and cap), out among them; their out, lse_flat, lse_s_max, LSE
+    strides and num_splits are replaced here. out: (total_q, H_q, d_v) the call's output;
+    lse_rows: its LSE as a (total_q, H_q) float32 view (token-major, or a head-major buffer
+    transposed). The kernel writes split s's O and LSE (in the call's base: `lse_base_is_log2`)
+    into rows s * total_q + ... of the workspace (module docstring, rule 4); merge_states then writes
+    out and lse_rows. inside: None when every row of out and lse_rows may be written (buffers made
+    for this call), else a bool (total_q,) tensor of the rows inside the sequences
+    (launch.rows_inside): only those are written, the others keep the caller's values. Torch ops
+    on the current stream only; no device-to-host read.
+    """
+    import torch
+
+    from ragged_attn.merge import merge_states
+
+    total_q, h_q, d_v = out.shape
+    ws_o = torch.empty((num_splits, total_q, h_q, d_v), dtype=out.dtype, device=out.device)
+    ws_lse = torch.full((num_splits, total_q, h_q), -math.inf, dtype=torch.float32, device=out.device)
+    pos = _positions()
+    args = list(args)
+    args[pos["out"]] = ws_o[0]  # split 0's rows; the kernel's O descriptor covers all splits'
+    args[pos["lse_flat"]] = ws_lse.view(-1)
+    args[pos["lse_s_max"]] = 0
+    lse_strides = (0, h_q, h_q, 1)  # token rows (s_b, s_tok, s_row, s_h): split s at s * total_q
+    for name, value in zip(("lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h"), lse_strides):
+        args[pos[name]] = value
+    args[pos["num_splits"]] = num_splits
+    compiled(*args)
+    parts_o, parts_lse = ws_o.permute(1, 0, 2, 3), ws_lse.permute(1, 0, 2)  # (total_q, S, H_q, ...)
+    base = "log2" if lse_base_is_log2 else "ln"
+    if inside is None:
+        merge_states(parts_o, parts_lse, lse_base=base, out=out, s_out=lse_rows)
+        return
+    merged_o, merged_lse = merge_states(parts_o, parts_lse, lse_base=base)
+    out.copy_(torch.where(inside[:, None, None], merged_o, out))
+    lse_rows.copy_(torch.where(inside[:, None], merged_lse, lse_rows))

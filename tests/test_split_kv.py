@@ -1,0 +1,360 @@
+"""Split-KV on the CPU: the tile order with splits (the scheduler's Python twins), each split's share
+of a tile's key blocks, the num_splits heuristic, and the launch path's workspace and merge
+bookkeeping (launch_forward and the fast path, with a Python model of the kernel standing in for
+the compiled function). tests/gpu/test_split_kv_gpu.py runs the real kernel."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("cutlass")
+
+from ragged_attn.kernels.sm90 import COMPILED_ARGS, launch, launch_forward  # noqa: E402
+from ragged_attn.kernels.sm90.block_info import split_share_ref  # noqa: E402
+from ragged_attn.kernels.sm90.split_kv import (  # noqa: E402
+    MAX_SPLITS,
+    choose_num_splits,
+    max_splits_for_rows,
+    split_allowed,
+    unsplit_tiles,
+    wave_split_count,
+)
+from ragged_attn.kernels.sm90.tile_scheduler import ROW_BLOCK, decode_tile_ref, launch_schedule_ref  # noqa: E402
+from ragged_attn.layout_class import LayoutClass  # noqa: E402
+
+POS = {name: i for i, name in enumerate(COMPILED_ARGS)}
+
+
+# ----------------------------------------------------------------------------- the tile order
+@pytest.mark.parametrize("num_splits", [2, 3, 8])
+@pytest.mark.parametrize("pack", [False, "always"])
+@pytest.mark.parametrize("seed", range(6))
+def test_splits_are_the_fastest_digit_of_the_tile_order(seed, pack, num_splits):
+    """With S splits the order has S times the tiles; index S u + s is split s of the tile the
+    unsplit order has at u (so a tile's splits are consecutive: a sequence's splits start
+    together), and each (sequence, head, row block) is computed once per split."""
+    rng = random.Random(seed)
+    hkv, ratio = rng.choice([1, 2, 4]), rng.choice([1, 2, 4, 8])
+    tile_m = rng.choice([128, 192])
+    lens_q = [rng.choice([0, 1, 1, 3, 64, 65, 200]) for _ in range(rng.randint(1, 9))]
+    lens_k = [n + rng.randrange(0, 3000) for n in lens_q]
+    args = (lens_q, lens_k, hkv * ratio, hkv, tile_m, pack)
+    *_, unsplit = launch_schedule_ref(*args)
+    *_, split_tiles = launch_schedule_ref(*args, num_splits=num_splits)
+    assert split_tiles == num_splits * unsplit
+    computed = {}
+    num_wg = tile_m // ROW_BLOCK
+    for t in range(split_tiles):
+        unit, tile, b, has_rows, pack_r, split = decode_tile_ref(t, *args, num_splits=num_splits)
+        assert split == t % num_splits
+        assert (unit, tile, b, has_rows, pack_r, 0) == decode_tile_ref(t // num_splits, *args)
+        if has_rows:
+            for w in range(num_wg):
+                item = tile * num_wg + w  # unshifted items are enough for the count per split
+                key = (b, unit, item, split)
+                assert key not in computed, f"{key} computed twice"
+                computed[key] = t
+    per_split = {}
+    for b, unit, item, split in computed:
+        per_split.setdefault(split, set()).add((b, unit, item))
+    assert len({frozenset(v) for v in per_split.values()}) <= 1, "the splits cover different tiles"
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 4, 5, 8, 16])
+def test_split_shares_partition_the_key_blocks(num_splits):
+    """The S shares of [n_min, n_max) are consecutive, disjoint, cover it, differ in size by at
+    most one block, and are all empty for an empty (or inverted: a window that misses) range."""
+    for n_min in (0, 3, 17):
+        for n in range(-3, 40):
+            shares = [split_share_ref(n_min, n_min + n, s, num_splits) for s in range(num_splits)]
+            if n <= 0:
+                assert all(hi <= lo for lo, hi in shares), shares
+                continue
+            assert shares[0][0] == n_min and shares[-1][1] == n_min + n
+            for (lo, hi), (lo2, _) in zip(shares, shares[1:]):
+                assert hi == lo2 and hi >= lo
+            sizes = [hi - lo for lo, hi in shares]
+            assert max(sizes) - min(sizes) <= 1 and sum(sizes) == n
+
+
+def test_one_split_is_the_whole_range():
+    assert split_share_ref(5, 9, 0, 1) == (5, 9)
+    assert split_share_ref(5, 3, 0, 1) == (5, 3)  # S = 1 passes an empty range through unchanged
+
+
+# ----------------------------------------------------------------------------- the heuristic
+@pytest.mark.parametrize("pack_gqa", [False, True])
+@pytest.mark.parametrize("seed", range(20))
+def test_unsplit_tiles_is_the_kernels_count(seed, pack_gqa):
+    """unsplit_tiles (host integers only) equals the schedule twin's count of the same launch."""
+    rng = random.Random(seed)
+    hkv, ratio = rng.choice([1, 2, 8]), rng.choice([1, 2, 4, 8])
+    tile_m = rng.choice([128, 192])
+    lens_q = [rng.choice([0, 1, 5, 64, 130, rng.randrange(0, 3000)]) for _ in range(rng.randint(1, 40))]
+    if max(lens_q) == 0:
+        lens_q[0] = 1
+    *_, want = launch_schedule_ref(lens_q, lens_q, hkv * ratio, hkv, tile_m, True if pack_gqa else False)
+    assert unsplit_tiles(len(lens_q), sum(lens_q), max(lens_q), hkv * ratio, hkv, tile_m, pack_gqa) == want
+
+
+def test_decode_rows_split_and_prefill_does_not():
+    """d128 (128 x 128 tiles), 132 SMs: one decode row at 32/8 heads over 8k keys is 32 tiles, a
+    quarter of the SMs; waves 32 S / 132 reach 97% at S = 4 (S = 3: 73%), so 4 splits. A prefill
+    batch fills the SMs: 1. Too few key blocks (FA3: <= 4): 1. No max_seqlen_k: 1."""
+    assert choose_num_splits(1, 1, 1, 8192, 32, 8, 132, 128, 128) == 4
+    assert choose_num_splits(4, 4 * 2048, 2048, 2048, 32, 8, 132, 128, 128) == 1
+    assert choose_num_splits(1, 1, 1, 4 * 128, 32, 8, 132, 128, 128) == 1
+    assert choose_num_splits(1, 1, 1, 5 * 128, 32, 8, 132, 128, 128) > 1
+    assert choose_num_splits(1, 1, 1, None, 32, 8, 132, 128, 128) == 1
+    # 8 query heads of one row: 8 tiles; 8 S / 132 is best at S = 16 (97%), and 85% of that (82%)
+    # first at S = 14 (85%; S = 13: 79%).
+    assert choose_num_splits(1, 1, 1, 65536, 8, 8, 132, 128, 128) == 14
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_heuristic_stays_in_its_bounds(seed):
+    """1 <= S <= min(MAX_SPLITS, key blocks, SMs); 1 once the tiles fill 80% of the SMs or the keys
+    are fewer than 5 blocks; S * tiles is the best wave efficiency up to 15%."""
+    rng = random.Random(seed)
+    tiles, blocks, sms = rng.randint(1, 300), rng.randint(1, 300), rng.choice([1, 8, 78, 114, 132])
+    s = wave_split_count(tiles, blocks, sms)
+    assert 1 <= s <= max(1, min(MAX_SPLITS, blocks, sms))
+    if tiles >= 0.8 * sms or blocks < 5:
+        assert s == 1
+
+    def eff(n):
+        w = tiles * n / sms
+        return w / math.ceil(w)
+
+    if s > 1:
+        best = max(eff(n) for n in range(1, min(MAX_SPLITS, blocks, sms) + 1))
+        assert eff(s) >= 0.85 * best and all(eff(n) < 0.85 * best for n in range(1, s))
+
+
+def test_rows_cap_the_splits():
+    """num_splits * total_q stays an int32 row count (the kernel's output rows)."""
+    assert max_splits_for_rows(2**29 - 1) == 4 and max_splits_for_rows(2**30) == 1
+    assert choose_num_splits(1, 2**30, 1, 2**20, 1, 1, 132, 128, 128) == 1
+
+
+def test_which_classes_split():
+    base = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "ragged")
+    assert split_allowed(base, "token_major") and split_allowed(base, "head_major")
+    assert not split_allowed(base, "padded")
+    for other in (
+        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", False, "ragged"),  # no LSE to merge by
+        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged"),
+        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "ragged", sinks=True),
+    ):
+        assert not split_allowed(other, "token_major"), other.name
+    assert split_allowed(LayoutClass("sm_90a", 64, 64, "fp16", "fp16", "window", True, "ragged", softcap=True), "head_major")
+
+
+def test_num_splits_is_the_last_plain_argument():
+    from ragged_attn import fast_launch
+
+    assert COMPILED_ARGS[-1] == "num_splits" and fast_launch._ARG_ORDER[-1] == "num_splits"
+
+
+# ----------------------------------------------------------------------------- the launch path
+class SplitKernelModel:
+    """A stand-in for a compiled class (mask none or causal bottom-right, TILE_N-key blocks) on
+    CPU tensors: reads its arguments as the kernel does and writes what the kernel writes. With
+    num_splits S, split s of sequence b covers its share of the sequence's key blocks and stores
+    O and LSE at rows s * total_q + cu_seqlens_q[b] + i of the buffers out / lse_flat address (the
+    kernel's offset_o); rows that see no key of the share get O = 0, LSE = -inf. Records each
+    call's num_splits."""
+
+    TILE_N = 16
+
+    def __init__(self, causal: bool):
+        self.causal = causal
+        self.splits_seen = []
+
+    def __call__(self, *args):
+        a = dict(zip(COMPILED_ARGS, args))
+        q, k, v, out, lse_flat = a["q"], a["k"], a["v"], a["out"], a["lse_flat"]
+        num_splits = a["num_splits"]
+        self.splits_seen.append(num_splits)
+        total_q, h_q, d_v = out.shape
+        if num_splits > 1:
+            assert a["lse_s_max"] == 0 and (a["lse_s_b"], a["lse_s_tok"], a["lse_s_row"], a["lse_s_h"]) == (0, h_q, h_q, 1)
+            assert out.is_contiguous() and lse_flat.numel() == num_splits * total_q * h_q
+        rows_o = out.as_strided((num_splits * total_q, h_q, d_v), out.stride())  # split s after split s - 1
+        ratio = h_q // k.shape[1]
+        cu_q, cu_k = a["cu_seqlens_q"].tolist(), a["cu_seqlens_k"].tolist()
+        used_q = a["seqused_q"].tolist() if a["use_seqused_q"] else None
+        used_k = a["seqused_k"].tolist() if a["use_seqused_k"] else None
+        for b in range(a["batch"]):
+            lq = used_q[b] if used_q else cu_q[b + 1] - cu_q[b]
+            lk = used_k[b] if used_k else cu_k[b + 1] - cu_k[b]
+            qs = q[cu_q[b] : cu_q[b] + lq].double()
+            ks = k[cu_k[b] : cu_k[b] + lk].double().repeat_interleave(ratio, dim=1)
+            vs = v[cu_k[b] : cu_k[b] + lk].double().repeat_interleave(ratio, dim=1)
+            scores = torch.einsum("ihd,jhd->hij", qs, ks) * a["softmax_scale"]
+            i = torch.arange(lq)[:, None]
+            j = torch.arange(lk)[None, :]
+            seen = (j <= i + lk - lq) if self.causal else torch.ones(lq, lk, dtype=torch.bool)
+            blocks = -(-lk // self.TILE_N)
+            for s in range(num_splits):
+                lo, hi = split_share_ref(0, blocks, s, num_splits)
+                here = seen & (j >= lo * self.TILE_N) & (j < hi * self.TILE_N)
+                x = scores.masked_fill(~here, -math.inf)
+                lse = torch.logsumexp(x, dim=-1)  # (h, lq), -inf where no key is seen
+                p = torch.where(here, torch.exp(x - lse.nan_to_num(neginf=0.0)[..., None]), 0.0)
+                o = torch.einsum("hij,jhd->ihd", p, vs)
+                row = s * total_q + cu_q[b]
+                rows_o[row : row + lq] = o.to(out.dtype)
+                lse2 = lse.transpose(0, 1) / math.log(2.0) * a["lse_scale"]  # the kernel's base conversion
+                for r in range(lq):
+                    for h in range(h_q):
+                        idx = a["lse_s_b"] * b + a["lse_s_tok"] * row + a["lse_s_row"] * r + a["lse_s_h"] * h
+                        lse_flat[idx] = lse2[r, h].float()
+
+
+def _problem(seed, causal, seqused, lse_layout, log2):
+    g = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    lens_q = [rng.choice([0, 1, 1, 3, 9]) for _ in range(rng.randint(1, 5))]
+    lens_q[0] = max(lens_q[0], 1)
+    lens_k = [n + rng.randrange(0, 90) for n in lens_q]
+    gaps_q = [rng.randint(0, 2) if seqused else 0 for _ in lens_q]
+    cu_q, cu_k = [0], [0]
+    for n, gap, m in zip(lens_q, gaps_q, lens_k):
+        cu_q.append(cu_q[-1] + n + gap)
+        cu_k.append(cu_k[-1] + m)
+    total_q, total_k = max(cu_q[-1], 1), cu_k[-1]
+    hq, hkv, d = 4, 2, 16
+    t = dict(
+        q=torch.randn(total_q, hq, d, generator=g).to(torch.bfloat16),
+        k=torch.randn(total_k, hkv, d, generator=g).to(torch.bfloat16),
+        v=torch.randn(total_k, hkv, d, generator=g).to(torch.bfloat16),
+        cu_seqlens_q=torch.tensor(cu_q, dtype=torch.int32),
+        cu_seqlens_k=torch.tensor(cu_k, dtype=torch.int32),
+        seqused_q=torch.tensor(lens_q, dtype=torch.int32) if seqused else None,
+    )
+    lse_shape = (total_q, hq) if lse_layout == "token_major" else (hq, total_q)
+    options = dict(causal=causal, return_lse=True, lse_layout=lse_layout, lse_base="log2" if log2 else "ln")
+    return t, lens_q, lens_k, lse_shape, options
+
+
+def _reference(t, lens_q, options):
+    from ragged_attn.reference import attention_reference
+
+    return attention_reference(
+        t["q"], t["k"], t["v"], t["cu_seqlens_q"], t["cu_seqlens_k"], seqused_q=t["seqused_q"], **options
+    )  # fmt: skip
+
+
+def _inside(t, lens_q):
+    inside = torch.zeros(t["q"].shape[0], dtype=torch.bool)
+    for start, n in zip(t["cu_seqlens_q"].tolist(), lens_q):
+        inside[start : start + n] = True
+    return inside
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("lse_layout", ["token_major", "head_major"])
+@pytest.mark.parametrize("fresh", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_launch_forward_merges_the_splits(seed, fresh, lse_layout, num_splits, monkeypatch):
+    """launch_forward with num_splits: the kernel model's partial results merge (ragged_attn.merge
+    on the CPU) into the reference's out and LSE; with the caller's buffers (fresh False) rows
+    outside every sequence keep their NaN poison; with buffers made for the call every row is
+    written (O = 0, LSE = -inf outside)."""
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    causal, seqused, log2 = seed % 2 == 0, seed >= 2, seed % 3 == 1
+    t, lens_q, lens_k, lse_shape, options = _problem(seed, causal, seqused, lse_layout, log2)
+    total_q, hq, d = t["q"].shape
+    out = torch.full((total_q, hq, d), math.nan, dtype=torch.bfloat16)
+    lse = torch.full(lse_shape, math.nan)
+    model = SplitKernelModel(causal)
+    strides = (0, hq, hq, 1) if lse_layout == "token_major" else (0, 1, 1, total_q)
+    launch_forward(
+        model, q=t["q"], k=t["k"], v=t["v"], out=out, lse=lse, cu_seqlens_q=t["cu_seqlens_q"],
+        cu_seqlens_k=t["cu_seqlens_k"], seqused_q=t["seqused_q"], seqused_k=None, batch=len(lens_q),
+        max_seqlen_q=max(lens_q), lse_s_max=0, softmax_scale=d**-0.5, window_left=-1, window_right=-1 if not causal else 0,
+        bottom_right=True, lse_strides=strides, lse_base_is_log2=log2, num_splits=num_splits, fresh_outputs=fresh,
+    )  # fmt: skip
+    assert model.splits_seen == [num_splits]
+    want_o, want_lse = _reference(t, lens_q, options)
+    rows = lse if lse_layout == "token_major" else lse.t()
+    want_rows = want_lse if lse_layout == "token_major" else want_lse.t()
+    inside = _inside(t, lens_q)
+    err = (out[inside].float() - want_o[inside].float()).abs()
+    assert (err <= 2e-2 + 2e-2 * want_o[inside].float().abs()).all(), f"out: max err {err.max()}"
+    got_l, want_l = rows[inside], want_rows[inside]
+    assert torch.equal(torch.isinf(got_l), torch.isinf(want_l))
+    fin = ~torch.isinf(want_l)
+    assert ((got_l[fin] - want_l[fin]).abs() <= 1e-2).all()
+    if fresh and num_splits > 1:  # merged rows outside: O = 0, LSE = -inf
+        assert (out[~inside].float() == 0).all() and torch.isneginf(rows[~inside]).all()
+    elif not fresh:
+        assert torch.isnan(out[~inside].float()).all() and torch.isnan(rows[~inside]).all()
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(lse=None), "token- or head-major"),
+        (dict(lse_s_max=4, lse_strides=(20, 0, 4, 1)), "token- or head-major"),
+        (dict(num_splits=0), "int >= 1"),
+        (dict(sinks=torch.zeros(4)), "sinks"),
+    ],
+    ids=["no-lse", "padded", "zero", "sinks"],
+)
+def test_launch_forward_refuses_splits_it_cannot_merge(change, match):
+    t, lens_q, _, lse_shape, _ = _problem(0, False, False, "token_major", False)
+    total_q, hq, d = t["q"].shape
+    kwargs = dict(
+        q=t["q"], k=t["k"], v=t["v"], out=torch.empty(total_q, hq, d, dtype=torch.bfloat16),
+        lse=torch.empty(lse_shape), cu_seqlens_q=t["cu_seqlens_q"], cu_seqlens_k=t["cu_seqlens_k"],
+        seqused_q=None, seqused_k=None, batch=len(lens_q), max_seqlen_q=max(lens_q), lse_s_max=0,
+        softmax_scale=0.25, window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
+        num_splits=2,
+    )  # fmt: skip
+    kwargs.update(change)
+    with pytest.raises(ValueError, match=f"num_splits: .*{match}"):
+        launch_forward(lambda *a: pytest.fail("launched"), **kwargs)
+
+
+def test_fast_path_splits_decode_rows_and_merges(monkeypatch):
+    """BoundKernel.try_launch of an LSE plan: a decode batch (1 query over many keys) on a device of
+    132 SMs takes choose_num_splits' count and merges into the out it allocates and a caller's out
+    (rows outside the sequences kept); a prefill-sized call stays unsplit."""
+    from ragged_attn.fast_launch import BoundKernel
+    from ragged_attn.problem import build_problem
+
+    g = torch.Generator().manual_seed(3)
+    hq, hkv, d = 8, 2, 128
+    lens_k = [700, 1500]
+    q = torch.randn(3, hq, d, generator=g).to(torch.bfloat16)  # row 2 is outside both sequences
+    k = torch.randn(sum(lens_k), hkv, d, generator=g).to(torch.bfloat16)
+    v = torch.randn(sum(lens_k), hkv, d, generator=g).to(torch.bfloat16)
+    cu_q = torch.tensor([0, 1, 2], dtype=torch.int32)
+    cu_k = torch.tensor([0, 700, 2200], dtype=torch.int32)
+    options = dict(causal=True, return_lse=True, lse_layout="token_major")
+    problem, _ = build_problem(q, k, v, cu_q, cu_k, 1, 1500, **options)
+    model = SplitKernelModel(causal=True)
+    bound = BoundKernel(model, problem)
+    monkeypatch.setattr(bound, "_num_ctas", 132)
+    want = choose_num_splits(2, 3, 1, 1500, hq, hkv, 132, *bound._split)
+    assert want > 1
+    from ragged_attn.reference import attention_reference
+
+    want_o, want_lse = attention_reference(q, k, v, cu_q, cu_k, **options)
+    inside = torch.tensor([True, True, False])
+    caller_out = torch.full((3, hq, d), math.nan, dtype=torch.bfloat16)
+    for out in (None, caller_out):
+        got_o, got_lse = bound.try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, out, None, 1500)
+        assert model.splits_seen[-1] == want
+        err = (got_o[inside].float() - want_o[inside].float()).abs()
+        assert (err <= 2e-2 + 2e-2 * want_o[inside].float().abs()).all()
+        assert (got_lse[inside] - want_lse[inside]).abs().max() <= 1e-2
+    assert torch.isnan(caller_out[2].float()).all(), "a row outside every sequence was written"
+    bound.try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, None, None, None)  # no max_seqlen_k: unsplit
+    assert model.splits_seen[-1] == 1
