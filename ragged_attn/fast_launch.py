@@ -13,7 +13,8 @@ Rules (DESIGN.md contract 4):
   cu_seqlens_q/k, seqused_q/k; a page_table always takes the checked path): data_ptr ranges only.
 - When any of them fails it returns None and the caller runs the full checks, which raise the
   named error or serve the call. Nothing is written before every check has passed.
-- It reads no device memory and allocates only out / lse.
+- It reads no device memory and allocates only out / lse, and for a split-KV launch (an LSE plan
+  whose call `choose_num_splits` splits: kernels/sm90/split_kv.py) its workspace.
 The argument order of the compiled kernel is asserted against `kernels.sm90.COMPILED_ARGS` at bind
 time, so a kernel change cannot silently shift arguments.
 Issue 14: a `-softcap` class is bound with its plan's cap appended to every call (a wrapper made at
