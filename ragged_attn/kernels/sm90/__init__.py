@@ -5,10 +5,11 @@ Entry points:
   (CUTE_DSL_ARCH=sm_90a). The result is a TVM-FFI function (`export_to_c` / `load_module` ready).
 - `launch_forward(compiled, *, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q,
   seqused_k, batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right,
-  bottom_right, lse_strides, lse_base_is_log2, page_table, kv_layout, extended, sinks, softcap)`:
-  launch on torch's current stream, no checks; page_table (B, max_pages) int32 with NHD/HND page
-  pools for kv="paged" classes; extended=True with sinks / softcap for a -sinks / -softcap class
-  (`compiled_args`).
+  bottom_right, lse_strides, lse_base_is_log2, page_table, kv_layout, extended, sinks, softcap,
+  num_splits, fresh_outputs)`: launch on torch's current stream, no checks; page_table (B, max_pages)
+  int32 with NHD/HND page pools for kv="paged" classes; extended=True with sinks / softcap for a
+  -sinks / -softcap class (`compiled_args`); num_splits > 1: split-KV into a workspace, merged into
+  out and lse (split_kv.py, whose `choose_num_splits` picks it from host integers).
 See launch.py for argument semantics and forward.py for the kernel's structure.
 """
 
