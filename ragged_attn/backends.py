@@ -186,7 +186,13 @@ def check_kernel_limits(problem: Problem) -> None:
 def launch_cute(layout_class: LayoutClass, problem: Problem, t: Tensors) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run the sm90 kernel: allocate the outputs the caller did not pass, then launch on the current stream.
 
-    Reads no device memory and allocates nothing but out / lse.
+    Reads no device memory and allocates nothing but out / lse and, for a split-KV launch
+    (`num_splits_for` > 1), its workspace. A class without an LSE splits through its LSE sibling
+    (`split_kv_sibling`), fetched from compile_cache here: when the sibling is in neither the
+    memory, the disk cache nor a prebuilt directory, the first call that splits compiles it and
+    stalls for that compile (ragged_attn.aot builds both siblings of each shape); where it cannot
+    be had at all (no DSL and no prebuilt sibling: NotImplementedError from compile_cache) the call
+    runs unsplit on the class's own kernel.
     """
     from . import compile_cache
     from .kernels import sm90
@@ -206,17 +212,32 @@ def launch_cute(layout_class: LayoutClass, problem: Problem, t: Tensors) -> tupl
         return out, lse
     compiled = compile_cache.get_kernel(layout_class, sm90.compile_forward)
     splits = num_splits_for(layout_class, problem)
+    split_compiled = None
+    if splits > 1 and not layout_class.lse:  # the LSE sibling runs the splits (split_kv.py rule 2)
+        try:
+            split_compiled = compile_cache.get_kernel(split_kv_sibling(layout_class), sm90.compile_forward)
+        except NotImplementedError:  # no JIT and no prebuilt sibling: the class's own kernel, unsplit
+            splits = 1
     sm90.launch_forward(
         compiled, **kernel_arguments(problem, t, out, lse), num_splits=splits,
-        fresh_outputs=t.out is None and t.lse is None,
+        fresh_outputs=t.out is None and t.lse is None, split_compiled=split_compiled,
     )  # fmt: skip
     return out, lse
+
+
+def split_kv_sibling(layout_class: LayoutClass) -> LayoutClass:
+    """The class whose kernel runs `layout_class`'s split launches (kernels/sm90/split_kv.py
+    `lse_sibling`): itself with an LSE, else the same class with lse=True."""
+    from .kernels.sm90.split_kv import lse_sibling
+
+    return lse_sibling(layout_class)
 
 
 def num_splits_for(layout_class: LayoutClass, problem: Problem) -> int:
     """Split-KV's split count for a checked problem of `layout_class` (kernels/sm90/split_kv.py:
     1 where the class or the LSE layout may not split, else `choose_num_splits` over the call's
-    host integers and the class's tile). No device read."""
+    host integers and the tile of the class that runs the splits, `split_kv_sibling`; ragged K/V
+    and page pools alike). No device read."""
     from .kernels.sm90 import launch, split_kv
     from .kernels.sm90.tile_config import tile_config
 
@@ -224,7 +245,7 @@ def num_splits_for(layout_class: LayoutClass, problem: Problem) -> int:
         return 1
     if problem.device.type != "cuda":  # a stand-in launch (CPU tests): no SM count to fill
         return 1
-    cfg = tile_config(layout_class)
+    cfg = tile_config(split_kv.lse_sibling(layout_class))
     max_q = problem.max_seqlen_q if problem.max_seqlen_q is not None else problem.total_q
     return split_kv.choose_num_splits(
         problem.batch, problem.total_q, max_q, problem.max_seqlen_k, problem.h_q, problem.h_kv,

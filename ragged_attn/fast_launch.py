@@ -13,8 +13,13 @@ Rules (DESIGN.md contract 4):
   cu_seqlens_q/k, seqused_q/k; a page_table always takes the checked path): data_ptr ranges only.
 - When any of them fails it returns None and the caller runs the full checks, which raise the
   named error or serve the call. Nothing is written before every check has passed.
-- It reads no device memory and allocates only out / lse, and for a split-KV launch (an LSE plan
-  whose call `choose_num_splits` splits: kernels/sm90/split_kv.py) its workspace.
+- It reads no device memory and allocates only out / lse, and for a split-KV launch (a call that
+  `choose_num_splits` splits: kernels/sm90/split_kv.py) its workspace. A plan without an LSE splits
+  through its class's LSE sibling (`BoundKernel._sibling_kernel`, fetched at the first call that
+  splits and kept: a sibling not yet compiled, on disk or prebuilt stalls that call for its
+  compile); its unsplit calls pay two integer comparisons more (total_q * H_q and max_seqlen_k
+  against the bounds under which no split is possible), and choose_num_splits' cached call only
+  when both pass. Paged K/V (a page_table) takes the checked path, which splits it too.
 The argument order of the compiled kernel is asserted against `kernels.sm90.COMPILED_ARGS` at bind
 time, so a kernel change cannot silently shift arguments.
 Issue 14: a `-softcap` class is bound with its plan's cap appended to every call (a wrapper made at
@@ -73,22 +78,28 @@ def _with_sinks(compiled, softcap: float, slot):
 
 
 def _split_tiles(problem: Problem):
-    """(tile_m, tile_n, pack_gqa) of the problem's class where its launches may split
-    (kernels/sm90/split_kv.py `split_allowed`), else None."""
+    """Where the problem's class may split (kernels/sm90/split_kv.py `split_allowed`): (tile_m,
+    tile_n, pack_gqa, min_k, max_rows, sibling) of the class that runs its splits (`lse_sibling`),
+    else None. min_k: the fewest keys (max_seqlen_k) that split (MIN_KEY_BLOCKS blocks); max_rows:
+    a call with total_q * H_q >= max_rows (the query (row, head) pairs of at least FILL_FRACTION of
+    a wave of tile_m-pair tiles) fills the SMs unsplit; both are necessary conditions of
+    choose_num_splits > 1, read as two integer comparisons before its (cached) call. sibling:
+    the LSE sibling LayoutClass for a class without an LSE (its kernel is fetched at the first
+    call that splits), None for a class with one."""
     from .backends import layout_class_for
-    from .kernels.sm90.split_kv import split_allowed
+    from .kernels.sm90.split_kv import FILL_FRACTION, MIN_KEY_BLOCKS, lse_sibling, split_allowed
     from .kernels.sm90.tile_config import tile_config
 
-    if not problem.return_lse:
-        return None
     try:
         layout_class = layout_class_for(problem)
     except NotImplementedError:
         return None
     if not split_allowed(layout_class, problem.lse_layout):
         return None
-    cfg = tile_config(layout_class)
-    return cfg.tile_m, cfg.tile_n, cfg.pack_gqa
+    sibling = lse_sibling(layout_class)
+    cfg = tile_config(sibling)
+    min_k = (MIN_KEY_BLOCKS - 1) * cfg.tile_n + 1
+    return cfg.tile_m, cfg.tile_n, cfg.pack_gqa, min_k, FILL_FRACTION * cfg.tile_m, None if layout_class.lse else sibling
 
 
 class BoundKernel:
@@ -103,8 +114,11 @@ class BoundKernel:
         "_num_ctas",
         "_options",
         "_return_lse",
+        "_sibling",
         "_sinks_slot",
+        "_softcap",
         "_split",
+        "_split_rows",
     )  # fmt: skip
 
     def __init__(self, compiled, problem: Problem, default_scale: bool = False):
@@ -142,6 +156,29 @@ class BoundKernel:
         self._lse_layout = problem.lse_layout
         self._lse_scale = 1.0 if problem.lse_base == "log2" else _LN2
         self._split = _split_tiles(problem)
+        # total_q * H_q at or above this never splits (`_split_tiles`' max_rows, times the SMs).
+        self._split_rows = 0 if self._split is None else self._split[4] * self._num_ctas
+        self._softcap = problem.softcap
+        self._sibling = None  # the LSE sibling's kernel (a class without an LSE), at its first split
+
+    def _sibling_kernel(self):
+        """The compiled kernel that runs this no-LSE class's split launches: its LSE sibling's
+        (split_kv.lse_sibling), from compile_cache at the first call that splits and kept here.
+        When the sibling is in neither memory, the disk cache nor a prebuilt directory, that call
+        compiles it (a stall of the compile's length). None where it cannot be had (no DSL and no
+        prebuilt sibling): this kernel then never splits."""
+        from . import compile_cache
+        from .kernels import sm90
+
+        try:
+            fn = compile_cache.get_kernel(self._split[5], sm90.compile_forward)
+        except NotImplementedError:
+            self._split, self._split_rows = None, 0
+            return None
+        if self._softcap:  # a -softcap sibling takes the sinks slot (None) and the cap
+            fn = _with_softcap(fn, self._softcap)
+        self._sibling = fn
+        return fn
 
     def try_launch(self, q, k, v, cu_q, cu_k, max_q, seqused_q, seqused_k, page_table, out, lse, max_k=None, sinks=None):
         """Launch and return out or (out, lse); None when the checked path must take the call.
@@ -227,6 +264,10 @@ class BoundKernel:
         if scale is None:
             scale = d_qk**-0.5
         if not self._return_lse:  # the common call, spelled out: one shared call site costs ~0.3 us
+            if total_q * h_q < self._split_rows and type(max_k) is int and max_k >= self._split[3]:
+                return self._launch_split_nolse(
+                    q, k, v, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, max_k, h_kv, scale, out
+                )  # fmt: skip
             if out is None:  # the kernels write q's dtype (check_support); new_empty parses least
                 out = q.new_empty((total_q, h_q, d_v))
                 if flag_q:
@@ -266,7 +307,7 @@ class BoundKernel:
             slot.sinks = sinks
         splits = 1
         if self._split is not None and type(max_k) is int:
-            tile_m, tile_n, pack_gqa = self._split
+            tile_m, tile_n, pack_gqa = self._split[:3]
             splits = choose_num_splits(batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, tile_m, tile_n, pack_gqa)
         args = (
             q, k, v, out, lse.view(-1), cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, s_max,
@@ -283,3 +324,37 @@ class BoundKernel:
         except (ValueError, TypeError):  # the TVM-FFI entry's checks (before any launch): the checked path names it
             return None
         return out, lse
+
+    def _launch_split_nolse(self, q, k, v, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, max_k, h_kv, scale, out):
+        """try_launch's no-LSE call that may split (its two integer tests passed; never a -sinks
+        class: split_allowed): choose_num_splits over host integers; S > 1 runs the LSE sibling's
+        kernel (`_sibling_kernel`) into a workspace whose merged LSE is dropped (split_kv.run_splits);
+        S = 1, or no sibling to be had, is the plain launch. Returns out, or None (the TVM-FFI
+        entry refused the arguments before any launch)."""
+        total_q, h_q, _ = q.shape
+        d_v = v.shape[2]
+        tile_m, tile_n, pack_gqa = self._split[:3]
+        splits = choose_num_splits(batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, tile_m, tile_n, pack_gqa)
+        sibling = self._sibling
+        if splits > 1 and sibling is None:
+            sibling = self._sibling_kernel()
+        inside = None
+        if out is None:  # the merge writes every row of a buffer made here (O = 0 outside)
+            out = q.new_empty((total_q, h_q, d_v))
+            if flag_q and (splits == 1 or sibling is None):
+                out.zero_()
+        elif splits > 1 and sibling is not None:
+            inside = rows_inside(cu_q, used_q if flag_q else None, batch, total_q)
+        left, right, bottom_right = self._options[1:]
+        args = (
+            q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
+            scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), None, 1,
+        )  # fmt: skip
+        try:
+            if splits == 1 or sibling is None:
+                self._compiled(*args)
+            else:  # the workspace LSE is in base 2 (lse_scale 1.0), merged in base 2, then dropped
+                run_splits(sibling, args, splits, out, None, True, inside)
+        except (ValueError, TypeError):  # the TVM-FFI entry's checks (before any launch)
+            return None
+        return out

@@ -142,16 +142,30 @@ def test_rows_cap_the_splits():
 
 
 def test_which_classes_split():
+    """Token-/head-major LSE classes, no-LSE classes (through their LSE sibling), ragged and paged;
+    never a sinks class, nor a padded LSE."""
+    from ragged_attn.kernels.sm90.split_kv import lse_sibling
+
     base = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "ragged")
     assert split_allowed(base, "token_major") and split_allowed(base, "head_major")
     assert not split_allowed(base, "padded")
+    paged = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
+    assert split_allowed(paged, "token_major") and not split_allowed(paged, "padded")
+    for kv in ("ragged", "paged"):
+        nolse = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", False, kv)
+        for layout in ("token_major", "head_major", "padded"):  # no LSE is written: its layout is moot
+            assert split_allowed(nolse, layout), (nolse.name, layout)
+        sibling = lse_sibling(nolse)
+        assert sibling == LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, kv) and sibling != nolse
+        assert lse_sibling(sibling) is sibling
     for other in (
-        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", False, "ragged"),  # no LSE to merge by
-        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged"),
         LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "ragged", sinks=True),
+        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", False, "paged", sinks=True),
     ):
         assert not split_allowed(other, "token_major"), other.name
     assert split_allowed(LayoutClass("sm_90a", 64, 64, "fp16", "fp16", "window", True, "ragged", softcap=True), "head_major")
+    soft = LayoutClass("sm_90a", 64, 64, "fp16", "fp16", "window", False, "paged", softcap=True)
+    assert split_allowed(soft, "head_major") and lse_sibling(soft).softcap and lse_sibling(soft).lse
 
 
 def test_num_splits_is_the_last_plain_argument():
@@ -300,12 +314,12 @@ def test_launch_forward_merges_the_splits(seed, fresh, lse_layout, num_splits, m
 @pytest.mark.parametrize(
     "change, match",
     [
-        (dict(lse=None), "token- or head-major"),
+        (dict(lse=None), "LSE sibling"),
         (dict(lse_s_max=4, lse_strides=(20, 0, 4, 1)), "token- or head-major"),
         (dict(num_splits=0), "int >= 1"),
         (dict(sinks=torch.zeros(4)), "sinks"),
     ],
-    ids=["no-lse", "padded", "zero", "sinks"],
+    ids=["no-lse-without-sibling", "padded", "zero", "sinks"],
 )
 def test_launch_forward_refuses_splits_it_cannot_merge(change, match):
     t, lens_q, _, lse_shape, _ = _problem(0, False, False, "token_major", False)

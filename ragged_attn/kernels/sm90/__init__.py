@@ -6,10 +6,11 @@ Entry points:
 - `launch_forward(compiled, *, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q,
   seqused_k, batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right,
   bottom_right, lse_strides, lse_base_is_log2, page_table, kv_layout, extended, sinks, softcap,
-  num_splits, fresh_outputs)`: launch on torch's current stream, no checks; page_table (B, max_pages)
+  num_splits, fresh_outputs, split_compiled)`: launch on torch's current stream, no checks; page_table (B, max_pages)
   int32 with NHD/HND page pools for kv="paged" classes; extended=True with sinks / softcap for a
   -sinks / -softcap class (`compiled_args`); num_splits > 1: split-KV into a workspace, merged into
-  out and lse (split_kv.py, whose `choose_num_splits` picks it from host integers).
+  out and lse (split_kv.py, whose `choose_num_splits` picks it from host integers; a class without
+  an LSE splits through its LSE sibling's kernel, `split_compiled`).
 See launch.py for argument semantics and forward.py for the kernel's structure.
 """
 

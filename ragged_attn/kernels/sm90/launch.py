@@ -317,7 +317,7 @@ def fill_without_keys(
         view.copy_(torch.where(inside[:, None], value, view))
 
 
-def _check_split(num_splits, q, lse, lse_s_max: int, lse_strides, page_table, sinks) -> None:
+def _check_split(num_splits, q, lse, lse_s_max: int, lse_strides, sinks, split_compiled) -> None:
     """ValueError unless launch_forward may run num_splits splits (its docstring says when)."""
     from .split_kv import max_splits_for_rows
 
@@ -325,10 +325,10 @@ def _check_split(num_splits, q, lse, lse_s_max: int, lse_strides, page_table, si
     why = None
     if type(num_splits) is not int or num_splits < 1:
         why = "expected an int >= 1"
-    elif lse is None or lse_s_max != 0 or s_b != 0 or s_tok != s_row:
+    elif lse is None and split_compiled is None:
+        why = "a class without an LSE splits only through its LSE sibling's kernel (pass split_compiled)"
+    elif lse is not None and (lse_s_max != 0 or s_b != 0 or s_tok != s_row):
         why = "splits need a token- or head-major LSE (the merge reads each split's)"
-    elif page_table is not None:
-        why = "paged K/V runs unsplit"
     elif sinks is not None:
         why = "a sinks class runs unsplit (each split would count the sink)"
     elif num_splits > max_splits_for_rows(q.shape[0]):
@@ -365,6 +365,7 @@ def launch_forward(
     softcap: float = 0.0,
     num_splits: int = 1,
     fresh_outputs: bool = False,
+    split_compiled=None,
 ):
     """Launch `compiled` on torch's current stream. The caller has checked everything.
 
@@ -396,14 +397,19 @@ def launch_forward(
     `choose_num_splits`, or a test forces it). 1: the kernel writes out and lse directly. > 1: the
     kernel writes a workspace of num_splits partial results and `run_splits` merges them into out
     and lse; needs an LSE that is a (total_q, H_q) view (token- or head-major: lse_s_max 0, s_b 0,
-    s_tok == s_row), ragged K/V, no sinks, and num_splits * total_q < 2**31 (ValueError otherwise,
-    before anything is launched). A launch without keys (total_k 0) runs unsplit.
+    s_tok == s_row) or, for a class without an LSE (lse None), `split_compiled`; no sinks; and
+    num_splits * total_q < 2**31 (ValueError otherwise, before anything is launched). Ragged K/V
+    and page pools alike. A launch without keys (total_k 0) runs unsplit.
+    split_compiled: for a class without an LSE, the compiled function of its LSE sibling
+    (split_kv.lse_sibling: the same class with lse=True, with the same arguments), which runs the
+    split launches (its workspace LSE is merged and dropped; only out is written); None otherwise.
+    Not used when num_splits is 1.
     fresh_outputs: out and lse were made for this call, so the merge may write their rows outside
     every sequence too (O = 0, LSE = -inf there); False: only the sequences' rows are written, as
     without splits.
     """
     if num_splits != 1:
-        _check_split(num_splits, q, lse, lse_s_max, lse_strides, page_table, sinks)
+        _check_split(num_splits, q, lse, lse_s_max, lse_strides, sinks, split_compiled)
     if batch == 0 or q.shape[1] == 0 or max(max_seqlen_q, lse_s_max) == 0:
         return
     if q.shape[0] > 0 and k.shape[0] == 0 and page_table is None and out.dtype == q.dtype:
@@ -463,7 +469,10 @@ def launch_forward(
         return
     from .split_kv import run_splits
 
+    inside = None if fresh_outputs else rows_inside(cu_seqlens_q, seqused_q, batch, q.shape[0])
+    if lse is None:  # no caller's LSE: the sibling writes the workspace LSE, which is dropped
+        run_splits(split_compiled, args, num_splits, out, None, lse_base_is_log2, inside)
+        return
     # The LSE's (total_q, H_q) view: token rows t at t * s_tok (checked above: no padded LSE).
     lse_rows = lse.as_strided((q.shape[0], q.shape[1]), (s_tok, s_h))
-    inside = None if fresh_outputs else rows_inside(cu_seqlens_q, seqused_q, batch, q.shape[0])
     run_splits(compiled, args, num_splits, out, lse_rows, lse_base_is_log2, inside)

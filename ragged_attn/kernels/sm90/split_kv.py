@@ -13,9 +13,16 @@ without splits (nothing is divided, nothing is allocated).
 Rules (tests/test_split_kv.py; tests/gpu/test_split_kv_gpu.py on a GPU):
 1. S comes from host integers only (`choose_num_splits`: batch, total_q, max_seqlen_q,
    max_seqlen_k, H_q, H_kv, the SM count, the class's tile): no device read, CUDA-graph capturable.
-2. S > 1 only where `split_allowed`: a class that produces an LSE (the merge needs each split's),
-   ragged K/V, no sinks (each split would count the sink), and a token- or head-major LSE (an
-   (total_q, H_q) view; a padded LSE keeps S = 1). Paged classes keep S = 1 (docs/SUPPORT_MATRIX.md).
+2. S > 1 only where `split_allowed`: no sinks (each split would count the sink), and for a class
+   that produces an LSE a token- or head-major one (an (total_q, H_q) view; a padded LSE keeps
+   S = 1). Ragged K/V and page pools alike: a paged class's producer loads the pages of the same
+   key blocks (BlockInfo.n_block_range, the split's share) as a ragged class loads rows.
+   A class without an LSE (the common vLLM call) cannot write the partial LSEs the merge needs: its
+   split launches run the kernel of its LSE sibling (`lse_sibling`: the same class with lse=True,
+   its own class compiled once like any other), which writes a token-major workspace LSE that is
+   merged and discarded; the caller gets only out. The sibling is fetched (compile_cache.get_kernel)
+   at the first call that splits: where it is neither in memory, on disk nor prebuilt that call
+   compiles it and stalls for the compile (ragged_attn.aot builds both siblings of each shape).
 3. num_splits * total_q < 2**31 (the kernel's output rows are int32): `max_splits_for_rows`.
 4. The workspace, allocated per launch from torch's caching allocator (capturable): O partials
    (S, total_q, H_q, d_v) in out's dtype (the kernel's O stores are in the class's out dtype; each
@@ -27,6 +34,7 @@ Rules (tests/test_split_kv.py; tests/gpu/test_split_kv_gpu.py on a GPU):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -109,11 +117,19 @@ def choose_num_splits(
 
 
 def split_allowed(layout_class, lse_layout: str) -> bool:
-    """Whether launches of `layout_class` writing an LSE of layout `lse_layout` may split (rule 2)."""
-    return (
-        layout_class.lse and layout_class.kv == "ragged" and not layout_class.sinks
-        and lse_layout in SPLIT_LSE_LAYOUTS
-    )  # fmt: skip
+    """Whether launches of `layout_class` may split (rule 2). lse_layout: the call's LSE layout,
+    read only for a class that writes an LSE (a class without one splits through `lse_sibling`)."""
+    if layout_class.sinks:
+        return False
+    return not layout_class.lse or lse_layout in SPLIT_LSE_LAYOUTS
+
+
+def lse_sibling(layout_class):
+    """The class whose kernel serves `layout_class`'s split launches: the class itself when it
+    writes an LSE, else the same LayoutClass with lse=True (rule 2; its own compiled kernel)."""
+    if layout_class.lse:
+        return layout_class
+    return dataclasses.replace(layout_class, lse=True)
 
 
 @functools.cache
@@ -126,13 +142,17 @@ def _positions() -> dict:
 def run_splits(compiled, args, num_splits: int, out, lse_rows, lse_base_is_log2: bool, inside=None):
     """Launch `compiled` with num_splits > 1 into a fresh workspace and merge the splits.
 
+    compiled: an LSE class's compiled function: the call's own class, or for a class without an
+    LSE its `lse_sibling`'s (then args' lse_flat is None and lse_rows is None: the merged LSE is
+    discarded, only out is written).
+
     args: the compiled function's arguments for this launch without splits (COMPILED_ARGS order,
     then a -softcap class's sinks and cap), out among them; their out, lse_flat, lse_s_max, LSE
     strides and num_splits are replaced here. out: (total_q, H_q, d_v) the call's output;
     lse_rows: its LSE as a (total_q, H_q) float32 view (token-major, or a head-major buffer
     transposed). The kernel writes split s's O and LSE (in the call's base: `lse_base_is_log2`)
     into rows s * total_q + ... of the workspace (module docstring, rule 4); merge_states then writes
-    out and lse_rows. inside: None when every row of out and lse_rows may be written (buffers made
+    out and lse_rows (None: no caller's LSE, the merged one is dropped). inside: None when every row of out and lse_rows may be written (buffers made
     for this call), else a bool (total_q,) tensor of the rows inside the sequences
     (launch.rows_inside): only those are written, the others keep the caller's values. Torch ops
     on the current stream only; no device-to-host read.
@@ -161,4 +181,5 @@ def run_splits(compiled, args, num_splits: int, out, lse_rows, lse_base_is_log2:
         return
     merged_o, merged_lse = merge_states(parts_o, parts_lse, lse_base=base)
     out.copy_(torch.where(inside[:, None, None], merged_o, out))
-    lse_rows.copy_(torch.where(inside[:, None], merged_lse, lse_rows))
+    if lse_rows is not None:
+        lse_rows.copy_(torch.where(inside[:, None], merged_lse, lse_rows))
