@@ -185,8 +185,9 @@ class SplitKernelModel:
 
     TILE_N = 16
 
-    def __init__(self, causal: bool):
+    def __init__(self, causal: bool, has_lse: bool = True):
         self.causal = causal
+        self.has_lse = has_lse  # False: a no-LSE class's kernel (its lse_flat is None, it never splits)
         self.splits_seen = []
 
     def __call__(self, *args):
@@ -195,11 +196,13 @@ class SplitKernelModel:
         num_splits = a["num_splits"]
         self.splits_seen.append(num_splits)
         total_q, h_q, d_v = out.shape
+        assert (lse_flat is not None) == self.has_lse, "an LSE buffer for a class without one, or none for one with it"
         if num_splits > 1:
             assert a["lse_s_max"] == 0 and (a["lse_s_b"], a["lse_s_tok"], a["lse_s_row"], a["lse_s_h"]) == (0, h_q, h_q, 1)
             assert out.is_contiguous() and lse_flat.numel() == num_splits * total_q * h_q
         rows_o = out.as_strided((num_splits * total_q, h_q, d_v), out.stride())  # split s after split s - 1
-        ratio = h_q // k.shape[1]
+        table = a["page_table"]  # paged: k, v are (num_pages, page_size, H_kv, D) pools (HND permuted)
+        ratio = h_q // k.shape[-2]
         cu_q, cu_k = a["cu_seqlens_q"].tolist(), a["cu_seqlens_k"].tolist()
         used_q = a["seqused_q"].tolist() if a["use_seqused_q"] else None
         used_k = a["seqused_k"].tolist() if a["use_seqused_k"] else None
@@ -207,8 +210,14 @@ class SplitKernelModel:
             lq = used_q[b] if used_q else cu_q[b + 1] - cu_q[b]
             lk = used_k[b] if used_k else cu_k[b + 1] - cu_k[b]
             qs = q[cu_q[b] : cu_q[b] + lq].double()
-            ks = k[cu_k[b] : cu_k[b] + lk].double().repeat_interleave(ratio, dim=1)
-            vs = v[cu_k[b] : cu_k[b] + lk].double().repeat_interleave(ratio, dim=1)
+            if table is None:
+                ks, vs = k[cu_k[b] : cu_k[b] + lk], v[cu_k[b] : cu_k[b] + lk]
+            else:  # key j of sequence b: slot j % page_size of page table[b, j // page_size]
+                ps = k.shape[1]
+                pages = table[b, torch.arange(lk) // ps].long()
+                ks, vs = k[pages, torch.arange(lk) % ps], v[pages, torch.arange(lk) % ps]
+            ks = ks.double().repeat_interleave(ratio, dim=1)
+            vs = vs.double().repeat_interleave(ratio, dim=1)
             scores = torch.einsum("ihd,jhd->hij", qs, ks) * a["softmax_scale"]
             i = torch.arange(lq)[:, None]
             j = torch.arange(lk)[None, :]
@@ -223,6 +232,8 @@ class SplitKernelModel:
                 o = torch.einsum("hij,jhd->ihd", p, vs)
                 row = s * total_q + cu_q[b]
                 rows_o[row : row + lq] = o.to(out.dtype)
+                if lse_flat is None:
+                    continue
                 lse2 = lse.transpose(0, 1) / math.log(2.0) * a["lse_scale"]  # the kernel's base conversion
                 for r in range(lq):
                     for h in range(h_q):
@@ -356,7 +367,7 @@ def test_fast_path_splits_decode_rows_and_merges(monkeypatch):
     model = SplitKernelModel(causal=True)
     bound = BoundKernel(model, problem)
     monkeypatch.setattr(bound, "_num_ctas", 132)
-    want = choose_num_splits(2, 3, 1, 1500, hq, hkv, 132, *bound._split)
+    want = choose_num_splits(2, 3, 1, 1500, hq, hkv, 132, *bound._split[:3])
     assert want > 1
     from ragged_attn.reference import attention_reference
 
@@ -372,3 +383,236 @@ def test_fast_path_splits_decode_rows_and_merges(monkeypatch):
     assert torch.isnan(caller_out[2].float()).all(), "a row outside every sequence was written"
     bound.try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, None, None, None)  # no max_seqlen_k: unsplit
     assert model.splits_seen[-1] == 1
+
+
+# ----------------------------------------------------------------------------- paged K/V and no-LSE calls
+def _paged(t, lens_k, page_size, kv_layout, seed):
+    """t's ragged k / v as page pools of `page_size` (NHD (num_pages, page_size, H_kv, D) or HND
+    (num_pages, H_kv, page_size, D)) in shuffled pages, with two pages nobody references and NaN in
+    every slot that holds no key (as tests/cases.py builds them), and the (B, max_pages) int32 table
+    (unused entries point at page 0: never read within a sequence's key count)."""
+    g = torch.Generator().manual_seed(seed)
+    n_pages = [-(-n // page_size) for n in lens_k]
+    total = sum(n_pages) + 2
+    perm = torch.randperm(total, generator=g).tolist()
+    table = torch.zeros(len(lens_k), max(n_pages + [1]), dtype=torch.int32)
+    _, hkv, d = t["k"].shape
+    pools = [torch.full((total, page_size, hkv, d), math.nan, dtype=t["k"].dtype) for _ in range(2)]
+    start, nxt = 0, 0
+    for b, (n, m) in enumerate(zip(n_pages, lens_k)):
+        table[b, :n] = torch.tensor(perm[nxt : nxt + n], dtype=torch.int32)
+        nxt += n
+        for j in range(m):
+            page, slot = perm[nxt - n + j // page_size], j % page_size
+            pools[0][page, slot] = t["k"][start + j]
+            pools[1][page, slot] = t["v"][start + j]
+        start += m
+    if kv_layout == "HND":  # stored head-major; launch_forward views it back as NHD
+        pools = [p.transpose(1, 2).contiguous() for p in pools]
+    return pools[0], pools[1], table
+
+
+def _launch_kwargs(t, lens_q, out, lse, lse_strides, causal, log2, num_splits, fresh):
+    total_q, hq, d = t["q"].shape
+    return dict(
+        q=t["q"], k=t["k"], v=t["v"], out=out, lse=lse, cu_seqlens_q=t["cu_seqlens_q"],
+        cu_seqlens_k=t["cu_seqlens_k"], seqused_q=t["seqused_q"], seqused_k=None, batch=len(lens_q),
+        max_seqlen_q=max(lens_q), lse_s_max=0, softmax_scale=d**-0.5, window_left=-1,
+        window_right=-1 if not causal else 0, bottom_right=True, lse_strides=lse_strides,
+        lse_base_is_log2=log2, num_splits=num_splits, fresh_outputs=fresh,
+    )  # fmt: skip
+
+
+def _check_out(out, want_o, inside, fresh, split):
+    err = (out[inside].float() - want_o[inside].float()).abs()
+    assert (err <= 2e-2 + 2e-2 * want_o[inside].float().abs()).all(), f"out: max err {err.max()}"
+    if fresh and split:  # merged rows outside every sequence: O = 0
+        assert (out[~inside].float() == 0).all()
+    elif not fresh:
+        assert torch.isnan(out[~inside].float()).all(), "a row outside every sequence was written"
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 4])
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize("kv_layout", ["NHD", "HND"])
+@pytest.mark.parametrize("seed", range(3))
+def test_launch_forward_splits_paged(seed, kv_layout, page_size, num_splits, monkeypatch):
+    """A paged class with an LSE: launch_forward splits its launch (each split reads the pages of
+    its share of the key blocks, as the kernel's producer does), and the merge gives the
+    reference's out and LSE; NaN in unreferenced pages and unused slots is never read; key
+    lengths from cu_seqlens_k differences or seqused_k (cu_seqlens_k None)."""
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    causal, seqused, log2, fresh = seed != 1, seed == 2, seed == 1, seed == 0
+    t, lens_q, lens_k, lse_shape, options = _problem(seed, causal, seqused, "token_major", log2)
+    total_q, hq, d = t["q"].shape
+    want_o, want_lse = _reference(t, lens_q, options)
+    kp, vp, table = _paged(t, lens_k, page_size, kv_layout, seed)
+    out = torch.full((total_q, hq, d), math.nan, dtype=torch.bfloat16)
+    lse = torch.full(lse_shape, math.nan)
+    model = SplitKernelModel(causal)
+    kwargs = _launch_kwargs(t, lens_q, out, lse, (0, hq, hq, 1), causal, log2, num_splits, fresh)
+    kwargs.update(k=kp, v=vp, page_table=table, kv_layout=kv_layout)
+    if seed == 2:
+        kwargs.update(cu_seqlens_k=None, seqused_k=torch.tensor(lens_k, dtype=torch.int32))
+    launch_forward(model, **kwargs)
+    assert model.splits_seen == [num_splits]
+    inside = _inside(t, lens_q)
+    _check_out(out, want_o, inside, fresh, num_splits > 1)
+    got_l, want_l = lse[inside], want_lse[inside]
+    assert torch.equal(torch.isinf(got_l), torch.isinf(want_l))
+    fin = ~torch.isinf(want_l)
+    assert ((got_l[fin] - want_l[fin]).abs() <= 1e-2).all()
+    if not fresh:
+        assert torch.isnan(lse[~inside]).all()
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 4])
+@pytest.mark.parametrize("kv", ["ragged", "paged16"])
+@pytest.mark.parametrize("fresh", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_launch_forward_nolse_splits_through_the_sibling(seed, fresh, kv, num_splits, monkeypatch):
+    """A class without an LSE: with num_splits > 1 the LSE sibling's kernel (split_compiled) runs
+    every split and the class's own kernel is not called; the caller gets out only (lse stays None),
+    equal to the reference's; rows outside every sequence of a caller's out keep their NaN. With
+    num_splits 1 the class's own kernel runs and the sibling is not called."""
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    causal, seqused, log2 = seed % 2 == 0, seed >= 2, seed == 1
+    t, lens_q, lens_k, _, options = _problem(seed, causal, seqused, "token_major", log2)
+    total_q, hq, d = t["q"].shape
+    want_o, _ = _reference(t, lens_q, options)
+    out = torch.full((total_q, hq, d), math.nan, dtype=torch.bfloat16)
+    own, sibling = SplitKernelModel(causal, has_lse=False), SplitKernelModel(causal, has_lse=True)
+    kwargs = _launch_kwargs(t, lens_q, out, None, (0, 0, 0, 0), causal, log2, num_splits, fresh)
+    if kv == "paged16":
+        kp, vp, table = _paged(t, lens_k, 16, "NHD", seed)
+        kwargs.update(k=kp, v=vp, page_table=table)
+    launch_forward(own, **kwargs, split_compiled=sibling)
+    if num_splits == 1:
+        assert own.splits_seen == [1] and sibling.splits_seen == []
+    else:
+        assert own.splits_seen == [] and sibling.splits_seen == [num_splits]
+    _check_out(out, want_o, _inside(t, lens_q), fresh, num_splits > 1)
+
+
+def _nolse_call(seed=5, paged=False, decode=True):
+    """A no-LSE problem of few decode rows over many keys (or prefill-sized with decode False):
+    (problem, tensors, want_o, inside)."""
+    from ragged_attn.problem import build_problem
+    from ragged_attn.reference import attention_reference
+
+    g = torch.Generator().manual_seed(seed)
+    hq, hkv, d = 8, 2, 128
+    lens_q = [1, 1] if decode else [700, 1500]
+    lens_k = [700, 1500]
+    total_q = sum(lens_q) + 1  # the last row is outside both sequences
+    q = torch.randn(total_q, hq, d, generator=g).to(torch.bfloat16)
+    k = torch.randn(sum(lens_k), hkv, d, generator=g).to(torch.bfloat16)
+    v = torch.randn(sum(lens_k), hkv, d, generator=g).to(torch.bfloat16)
+    cu_q = torch.tensor([0, lens_q[0], sum(lens_q)], dtype=torch.int32)
+    cu_k = torch.tensor([0, 700, 2200], dtype=torch.int32)
+    options = dict(causal=True, return_lse=False)
+    want_o = attention_reference(q, k, v, cu_q, cu_k, **options)
+    inside = torch.zeros(total_q, dtype=torch.bool)
+    inside[: sum(lens_q)] = True
+    tensors = dict(q=q, k=k, v=v, cu_q=cu_q, cu_k=cu_k, max_q=max(lens_q), lens_k=lens_k)
+    if paged:
+        kp, vp, table = _paged(dict(k=k, v=v), lens_k, 16, "NHD", seed)
+        tensors.update(k=kp, v=vp, table=table)
+    return tensors, options, want_o, inside
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_launch_cute_nolse_runs_the_sibling(paged, monkeypatch):
+    """backends.launch_cute of a no-LSE class that splits fetches the LSE sibling's kernel through
+    compile_cache.get_kernel (and only then) and returns (out, None); out matches the reference
+    and a caller's out keeps the row outside every sequence. Without a sibling to be had
+    (NotImplementedError from compile_cache: no DSL, no prebuilt) the call runs unsplit on the
+    class's own kernel."""
+    import dataclasses
+
+    from ragged_attn import backends, compile_cache
+    from ragged_attn.problem import build_problem
+
+    t, options, want_o, inside = _nolse_call(paged=paged)
+    extra = dict(page_table=t["table"], seqused_k=torch.tensor(t["lens_k"], dtype=torch.int32)) if paged else {}
+    cu_k = None if paged else t["cu_k"]
+    for caller_out in (None, torch.full(t["q"].shape[:2] + (128,), math.nan, dtype=torch.bfloat16)):
+        problem, tensors = build_problem(
+            t["q"], t["k"], t["v"], t["cu_q"], cu_k, t["max_q"], 1500, out=caller_out, **extra, **options
+        )  # fmt: skip
+        layout_class = backends.layout_class_for(problem)
+        assert not layout_class.lse and layout_class.kv == ("paged" if paged else "ragged")
+        sibling_class = dataclasses.replace(layout_class, lse=True)
+        own, sibling = SplitKernelModel(True, has_lse=False), SplitKernelModel(True, has_lse=True)
+        asked = []
+
+        def get_kernel(cls, compile_fn, **kw):
+            asked.append(cls)
+            return {layout_class: own, sibling_class: sibling}[cls]
+
+        monkeypatch.setattr(compile_cache, "get_kernel", get_kernel)
+        monkeypatch.setattr(backends, "num_splits_for", lambda cls, prob: 3)
+        monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+        out, lse = backends.launch_cute(layout_class, problem, tensors)
+        assert lse is None and asked == [layout_class, sibling_class]
+        assert own.splits_seen == [] and sibling.splits_seen == [3]
+        _check_out(out, want_o, inside, caller_out is None, True)
+        if caller_out is not None:
+            assert out is caller_out
+
+    def no_sibling(cls, compile_fn, **kw):
+        if cls == sibling_class:
+            raise NotImplementedError("no prebuilt kernel for the class and no DSL")
+        return own
+
+    monkeypatch.setattr(compile_cache, "get_kernel", no_sibling)
+    own.splits_seen.clear()
+    out, _ = backends.launch_cute(layout_class, problem, tensors)
+    assert own.splits_seen == [1]
+    _check_out(out, want_o, inside, False, False)
+
+
+def test_fast_path_nolse_splits_through_the_cached_sibling(monkeypatch):
+    """BoundKernel.try_launch of a no-LSE plan: a decode call that choose_num_splits splits runs the
+    LSE sibling's kernel, fetched from compile_cache at the first split call only and cached on the
+    BoundKernel (not at bind time); it returns out only, equal to the reference, into a buffer it
+    makes or the caller's (the row outside every sequence kept). A prefill-sized call, a call
+    without max_seqlen_k and one with too few keys run the class's own kernel unsplit without
+    touching compile_cache."""
+    from ragged_attn import compile_cache
+    from ragged_attn.fast_launch import BoundKernel
+    from ragged_attn.kernels.sm90 import split_kv
+    from ragged_attn.problem import build_problem
+
+    t, options, want_o, inside = _nolse_call()
+    problem, _ = build_problem(t["q"], t["k"], t["v"], t["cu_q"], t["cu_k"], 1, 1500, **options)
+    own, sibling = SplitKernelModel(True, has_lse=False), SplitKernelModel(True, has_lse=True)
+    asked = []
+
+    def get_kernel(cls, compile_fn, **kw):
+        asked.append(cls)
+        assert cls.lse, "only the LSE sibling is fetched"
+        return sibling
+
+    monkeypatch.setattr(compile_cache, "get_kernel", get_kernel)
+    bound = BoundKernel(own, problem)
+    assert asked == [] and bound._split is not None and bound._split[5].lse
+    monkeypatch.setattr(bound, "_num_ctas", 132)
+    monkeypatch.setattr(bound, "_split_rows", bound._split[4] * 132)
+    hq, hkv = 8, 2
+    want = split_kv.choose_num_splits(2, 3, 1, 1500, hq, hkv, 132, *bound._split[:3])
+    assert want > 1
+    caller_out = torch.full((3, hq, 128), math.nan, dtype=torch.bfloat16)
+    for out in (None, caller_out):
+        got = bound.try_launch(t["q"], t["k"], t["v"], t["cu_q"], t["cu_k"], 1, None, None, None, out, None, 1500)
+        assert isinstance(got, torch.Tensor), "a no-LSE call returns out only"
+        assert sibling.splits_seen[-1] == want and own.splits_seen == []
+        _check_out(got, want_o, inside, out is None, True)
+    assert len(asked) == 1, "the sibling is fetched once and kept"
+    bound.try_launch(t["q"], t["k"], t["v"], t["cu_q"], t["cu_k"], 1, None, None, None, None, None, None)
+    bound.try_launch(t["q"], t["k"], t["v"], t["cu_q"], t["cu_k"], 1, None, None, None, None, None, 4 * 128)
+    assert own.splits_seen == [1, 1] and len(sibling.splits_seen) == 2
+    p, _, want_p, inside_p = _nolse_call(decode=False)
+    got = bound.try_launch(p["q"], p["k"], p["v"], p["cu_q"], p["cu_k"], p["max_q"], None, None, None, None, None, 1500)
+    assert own.splits_seen == [1, 1, 1] and len(asked) == 1
+    _check_out(got, want_p, inside_p, True, False)
