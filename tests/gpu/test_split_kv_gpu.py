@@ -182,3 +182,194 @@ def test_splits_agree_with_the_unsplit_kernel():
         results.append((out.float(), lse))
     (o1, l1), (o5, l5) = results
     assert ((o1 - o5).abs() <= 2e-2).all() and ((l1 - l5).abs() <= 1e-3).all()
+
+
+# ----------------------------------------------------------------------------- paged K/V and no-LSE calls
+# Paged pools as tests/cases.py builds them: shuffled pages, pages no table references and every
+# slot past a sequence's keys hold NaN (nothing outside a sequence's keys may reach S or P V).
+# Forced S goes through launch_forward (compiled_for: the class's own kernel, and for a class
+# without an LSE its LSE sibling's as split_compiled); the reference backend is the oracle with
+# tests/cases.py `close`'s tolerance (|err| <= 2e-2 + 2e-2 |ref|; LSE 1e-2 absolute).
+
+
+def _paged_case(seed, page_size, kv_layout, lens_q, lens_k, h_q=8, h_kv=2, d=128, causal=True, q_gaps=False):
+    from tests.cases import Case
+
+    return Case(seed, lens_q, lens_k, h_q, h_kv, d, d, dtype=torch.bfloat16, causal=causal, page_size=page_size,
+                kv_layout=kv_layout, lse_layout="token_major", lse_base="ln", q_gaps=q_gaps)  # fmt: skip
+
+
+def _forced_launch(case, num_splits, return_lse):
+    """launch_forward of the case's paged class with num_splits forced, into NaN-poisoned caller
+    buffers (out, and a token-major LSE when return_lse), under sync-debug "error"; then the
+    reference's comparison on the sequences' rows and NaN kept everywhere else."""
+    import dataclasses
+
+    import ragged_attn
+    from ragged_attn import backends
+    from ragged_attn.kernels.sm90 import launch_forward
+    from ragged_attn.problem import build_problem
+    from tests.cases import close, valid_rows
+
+    args, kwargs = case.make("cuda")
+    problem, tensors = build_problem(*args, **kwargs, return_lse=return_lse)
+    lc = backends.layout_class_for(problem)
+    assert lc.kv == "paged" and lc.lse == return_lse
+    fn = compiled_for(lc)
+    sibling = None if return_lse else compiled_for(dataclasses.replace(lc, lse=True))
+    q = args[0]
+    total_q = q.shape[0]
+    out = torch.full((total_q, case.h_q, case.d_v), math.nan, dtype=case.dtype, device="cuda")
+    lse = torch.full((total_q, case.h_q), math.nan, device="cuda") if return_lse else None
+    kw = backends.kernel_arguments(problem, tensors._replace(out=out, lse=lse), out, lse)
+    before = [a.clone() for a in args[:3]]
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        launch_forward(fn, **kw, num_splits=num_splits, split_compiled=sibling)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    want = ragged_attn.attention(*args, **kwargs, return_lse=return_lse, backend="reference")
+    want_out = want[0] if return_lse else want
+    rows = valid_rows(case, args[3])
+    close(out[rows], want_out[rows], f"{case.id} S={num_splits} out")
+    others = sorted(set(range(total_q)) - set(rows))
+    if others:
+        assert torch.isnan(out[others].float()).all(), "a row outside every sequence was written"
+    if return_lse:
+        close(lse[rows], want[1][rows], f"{case.id} S={num_splits} lse", atol=1e-2, rtol=0)
+        if others:
+            assert torch.isnan(lse[others]).all(), "an LSE row outside every sequence was written"
+    for name, a, b in zip("qkv", args[:3], before):  # the pools hold NaN: compare NaN as a value
+        assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0)), f"{name} changed"
+
+
+PAGED_SPLIT_SHAPES = {
+    # decode rows, an empty sequence, a key count inside one page, chunked-prefill tails
+    "decode": ([1, 1, 0, 1], [3000, 700, 50, 9]),
+    "tails": ([37, 1, 130], [2600, 4100, 1500]),
+}
+
+
+@pytest.mark.parametrize("num_splits", [2, 4])
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize("kv_layout", ["NHD", "HND"])
+@pytest.mark.parametrize("shape", list(PAGED_SPLIT_SHAPES))
+@pytest.mark.parametrize("return_lse", [True, False], ids=["lse", "nolse"])
+def test_forced_splits_paged(return_lse, shape, kv_layout, page_size, num_splits):
+    """Paged K/V with num_splits forced: each split's producer gathers only the pages of its share
+    of the key blocks; the merge equals the reference; NaN pool slots never reach the result; a
+    class without an LSE runs its splits on the LSE sibling's kernel and writes out only."""
+    lens_q, lens_k = PAGED_SPLIT_SHAPES[shape]
+    seed = 900 + page_size + (kv_layout == "HND") + 2 * num_splits
+    case = _paged_case(seed, page_size, kv_layout, lens_q, lens_k, q_gaps=shape == "tails")
+    _forced_launch(case, num_splits, return_lse)
+
+
+@pytest.mark.parametrize("num_splits", [2, 4])
+def test_forced_splits_paged_gqa8_window(num_splits):
+    """GQA 8 over a paged window class (shares that miss a row's window entirely), no LSE."""
+    from tests.cases import Case
+
+    case = Case(950 + num_splits, [1, 20, 1], [5000, 3000, 64], 16, 2, 128, 128, dtype=torch.bfloat16,
+                window=(300, 0), page_size=16, kv_layout="HND")  # fmt: skip
+    _forced_launch(case, num_splits, return_lse=False)
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["ragged", "paged16"])
+@pytest.mark.parametrize("caller_out", [False, True], ids=["fresh_out", "caller_out"])
+def test_library_splits_nolse_decode_batches(caller_out, paged):
+    """attention and Plan.run without an LSE on a decode batch the heuristic splits: out only, equal
+    to the reference backend's; a caller's out keeps its row outside every sequence (NaN). The
+    first split call fetches (or compiles) the LSE sibling; Plan.run's second call is the bound
+    fast path (ragged; a page table takes the checked path)."""
+    import ragged_attn
+    from ragged_attn import backends
+    from ragged_attn.problem import build_problem
+    from tests.cases import Case, close
+
+    lens_k = [5000, 3000, 7000]
+    case = Case(31, [1, 1, 1], lens_k, 32, 8, 128, 128, dtype=torch.bfloat16, causal=True,
+                page_size=16 if paged else 0, q_gaps=caller_out)  # fmt: skip
+    args, kwargs = case.make("cuda")
+    problem, _ = build_problem(*args, **kwargs)
+    assert not problem.return_lse and backends.num_splits_for(backends.layout_class_for(problem), problem) > 1
+    want = ragged_attn.attention(*args, **kwargs, backend="reference")
+    total_q = args[0].shape[0]
+    rows = [int(args[3][b]) for b in range(3)]
+    others = sorted(set(range(total_q)) - set(rows))
+
+    def out_buf():
+        return torch.full((total_q, 32, 128), math.nan, dtype=torch.bfloat16, device="cuda") if caller_out else None
+
+    plan = ragged_attn.plan(*args, **kwargs)
+    for call in (
+        lambda o: ragged_attn.attention(*args, **kwargs, out=o),
+        lambda o: plan.run(*args[:7], out=o, **{k: kwargs[k] for k in ("seqused_q", "seqused_k", "page_table") if k in kwargs}),
+        lambda o: plan.run(*args[:7], out=o, **{k: kwargs[k] for k in ("seqused_q", "seqused_k", "page_table") if k in kwargs}),
+    ):
+        o = out_buf()
+        got = call(o)
+        assert isinstance(got, torch.Tensor), "a no-LSE call returns out only"
+        if o is not None:
+            assert got is o
+            if others:
+                assert torch.isnan(o[others].float()).all(), "a row outside every sequence was written"
+        close(got[rows], want[rows], "out")
+
+
+def _vllm_batch(seed, prefill_q, prefill_k, decode_k):
+    """vLLM's mixed V1 batch: prefill chunks (prefill_q queries over prefill_k keys each, the chunk
+    at the end of its keys) then decode rows (1 query over decode_k keys each); 32/8 heads, d128,
+    bf16, paged NHD page 16, no LSE (tests/cases.py pools: NaN in unused slots)."""
+    from tests.cases import Case
+
+    lens_q = list(prefill_q) + [1] * len(decode_k)
+    lens_k = list(prefill_k) + list(decode_k)
+    return Case(seed, lens_q, lens_k, 32, 8, 128, 128, dtype=torch.bfloat16, causal=True, page_size=16, kv_layout="NHD")
+
+
+def _vllm_keys(n, lo, hi, seed):
+    import random
+
+    r = random.Random(seed)
+    return [r.randint(lo, hi) for _ in range(n)]
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 4])
+def test_vllm_mixed_batch_paged_nolse(num_splits):
+    """The issue's target batch, smaller where the float32 reference would be slow: 4 prefill chunks
+    of 512-2048 queries (keys: the chunk plus up to 4k of context) and 64 decode rows over 2k-32k
+    keys; 32/8 heads, d128, paged page 16, no LSE; num_splits forced (the library's own choice for
+    this batch is 1: its tiles fill the SMs, `test_vllm_mixed_batch_library_choice`)."""
+    prefill_q = [512, 1024, 1536, 2048]
+    prefill_k = [n + c for n, c in zip(prefill_q, _vllm_keys(4, 0, 4096, 1))]
+    case = _vllm_batch(77, prefill_q, prefill_k, _vllm_keys(64, 2048, 32768, 2))
+    _forced_launch(case, num_splits, return_lse=False)
+
+
+def test_vllm_mixed_batch_library_choice():
+    """attention on the mixed batch without forcing: the library's S (1 here: 4 prefill chunks give
+    thousands of tiles) and the reference's out; then the decode rows alone (64 rows, 2k-32k keys,
+    the library's S whatever it is) through attention and Plan.run."""
+    import ragged_attn
+    from ragged_attn import backends
+    from ragged_attn.problem import build_problem
+    from tests.cases import close, valid_rows
+
+    prefill_q = [512, 1024, 1536, 2048]
+    prefill_k = [n + c for n, c in zip(prefill_q, _vllm_keys(4, 0, 4096, 3))]
+    for case in (
+        _vllm_batch(78, prefill_q, prefill_k, _vllm_keys(64, 2048, 32768, 4)),
+        _vllm_batch(79, [], [], _vllm_keys(64, 2048, 32768, 5)),
+    ):
+        args, kwargs = case.make("cuda")
+        problem, _ = build_problem(*args, **kwargs)
+        splits = backends.num_splits_for(backends.layout_class_for(problem), problem)
+        print(f"{case.id}: library num_splits {splits}")
+        want = ragged_attn.attention(*args, **kwargs, backend="reference")
+        rows = valid_rows(case, args[3])
+        close(ragged_attn.attention(*args, **kwargs)[rows], want[rows], f"{case.id} attention")
+        plan = ragged_attn.plan(*args, **kwargs)
+        extra = {k: kwargs[k] for k in ("seqused_k", "page_table")}
+        close(plan.run(*args[:7], **extra)[rows], want[rows], f"{case.id} plan.run")
