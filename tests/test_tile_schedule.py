@@ -152,3 +152,61 @@ def test_a_packed_sequences_partial_tile_is_its_first(pack_r, len_q, steps):
         )  # fmt: skip
 
     assert (cost(0), cost(shift)) == steps
+
+
+def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512):
+    """Row packing: every (sequence, query head, token) lies in exactly one tile's packed rows (per
+    split), every tile holds rows of one K/V head, and a tile's packed rows start inside its
+    sequence's packed row space."""
+    from ragged_attn.kernels.sm90.tile_scheduler import row_mult_ref
+
+    g = row_mult_ref(hq, hkv, True)
+    assert g == hq // hkv > 1
+    num_units, pack_r, _, _, num_tiles = launch_schedule_ref(
+        lens_q, lens_k, hq, hkv, tile_m, False, token_bytes=token_bytes, num_splits=num_splits, pack_rows=True
+    )  # fmt: skip
+    assert (num_units, pack_r) == (hkv, 1)
+    computed = {}
+    for t in range(num_tiles):
+        unit, tile, b, has_rows, _, split = decode_tile_ref(
+            t, lens_q, lens_k, hq, hkv, tile_m, False, token_bytes=token_bytes, num_splits=num_splits,
+            pack_rows=True,
+        )  # fmt: skip
+        assert split == t % num_splits and 0 <= unit < hkv
+        if not has_rows:
+            continue
+        first = tile * tile_m
+        assert first < lens_q[b] * g
+        for m in range(first, min(first + tile_m, lens_q[b] * g)):
+            key = (b, unit * g + m % g, m // g, split)
+            assert key not in computed, f"row {key} computed twice"
+            computed[key] = t
+    want = {(b, h, i, s) for b, n in enumerate(lens_q) for h in range(hq) for i in range(n) for s in range(num_splits)}
+    assert set(computed) == want
+
+
+@pytest.mark.parametrize("tile_m", [128, 192])
+@pytest.mark.parametrize("seed", range(10))
+def test_row_packing_computes_every_token_of_every_head_once(seed, tile_m):
+    rng = random.Random(100 + seed)
+    hkv = rng.choice([1, 2, 3, 8])
+    g = rng.choice([2, 3, 4, 5, 6, 7, 8, 16, 64])
+    batch = rng.choice([1, 2, 5, 17, 40])
+    lens_q = [rng.choice([0, 1, 2, 5, 16, 17, 63, 64, 65, rng.randrange(0, 300)]) for _ in range(batch)]
+    lens_k = [n + rng.randrange(0, 3000) for n in lens_q]
+    _cover_rows(lens_q, lens_k, hkv * g, hkv, tile_m, num_splits=rng.choice([1, 1, 2, 4]))
+
+
+def test_row_packing_keeps_the_cover_under_l2_groups():
+    _cover_rows([1, 1, 300, 5], [20000, 70000, 70000, 300], 32, 8, 128, token_bytes=1 << 14)
+    _cover_rows([17], [200000], 64, 8, 128, num_splits=2, token_bytes=1 << 12)
+
+
+def test_row_packing_puts_a_decode_groups_rows_in_one_tile():
+    # 64 decode rows, 32/8 heads, d128: 64 * 32 tiles unpacked; packed, one tile per (row, K/V head).
+    *_, unpacked = launch_schedule_ref([1] * 64, [4096] * 64, 32, 8, 128, False)
+    units, pack_r, _, _, packed = launch_schedule_ref([1] * 64, [4096] * 64, 32, 8, 128, False, pack_rows=True)
+    assert (unpacked, packed, units, pack_r) == (64 * 32, 64 * 8, 8, 1)
+    # No row packing without GQA or with a padded LSE.
+    assert launch_schedule_ref([1] * 4, [9] * 4, 8, 8, 128, False, pack_rows=True)[0] == 8
+    assert launch_schedule_ref([1] * 4, [9] * 4, 8, 2, 128, False, lse_s_max=4, pack_rows=True)[1:3] == (1, 1)

@@ -18,6 +18,17 @@ Units and items (GQA packing at warpgroup granularity, `pack_r`):
   Measured gain: tile_config.py (short batches leave a 192-row tile's third warpgroup idle when a
   sequence's row blocks are not a multiple of three; packed, the next query head's blocks fill it).
 
+Row packing (`row_mult`, FlashAttention 3's PackGQA at row granularity; a run-time choice of the
+classes with TileConfig.pack_rows, never with block packing, never with a padded LSE):
+- A unit is a K/V head; its g = H_q / H_kv query heads' rows of a sequence with len_q queries form
+  a packed row space of len_q * g rows: packed row m is token m // g of query head unit * g + m % g.
+  A tile is tile_m consecutive packed rows (warpgroup w: rows [tile_m p + 64 w, ... + 64)), so a
+  sequence has ceil(g len_q / tile_m) tiles per unit (`row_mult` = g multiplies len_q wherever the
+  order counts rows; pack_r stays 1). A decode row (len_q 1) with g = 4 is 4 rows of one block
+  whose K/V loads every query head of the group shares.
+- Packed order: first(b) = g cu_seqlens_q[b] // tile_m + b (k = 1: the tiles ceil(g len / tile_m)
+  are at most floor(g cu[b + 1] / tile_m) - floor(g cu[b] / tile_m) + 1).
+
 Linear order (split-KV splits fastest, then units, then a sequence's slots, then sequences):
 - split-KV (a launch's run-time num_splits = S; S = 1 is the order without splits): linear index
   t = split + S * u, where u is the index of the order below; a tile's S splits are consecutive, so a
@@ -71,28 +82,36 @@ def slot_slack(pack_r, num_wg: int):
 @cute.jit
 def total_tiles(
     num_units: Int32, total_q: Int32, batch: Int32, tiles_max: Int32, packed: Int32, pack_r: Int32,
-    tile_m: cutlass.Constexpr[int], num_splits: Int32 = 1,
+    tile_m: cutlass.Constexpr[int], num_splits: Int32 = 1, row_mult: Int32 = 1,
 ) -> Int64:  # fmt: skip
-    """Number of linear tile indices, num_splits per (unit, slot) (64-bit: units * slots may pass 2**31)."""
+    """Number of linear tile indices, num_splits per (unit, slot) (64-bit: units * slots may pass 2**31).
+    row_mult: packed rows per token (row packing: g; else 1)."""
     num_wg = tile_m // ROW_BLOCK
-    slots = Int64(pack_r) * Int64(total_q) // Int64(tile_m) + Int64(batch) * Int64(slot_slack(pack_r, num_wg))
+    slots = (
+        Int64(pack_r) * Int64(row_mult) * Int64(total_q) // Int64(tile_m)
+        + Int64(batch) * Int64(slot_slack(pack_r, num_wg))
+    )
     if packed == 0:
         slots = Int64(tiles_max) * Int64(batch)
     return slots * Int64(num_units) * Int64(num_splits)
 
 
 @cute.jit
-def first_slot(cu_q: Int32, b: Int32, pack_r: Int32, tile_m: cutlass.Constexpr[int]) -> Int64:
+def first_slot(cu_q: Int32, b: Int32, pack_r: Int32, tile_m: cutlass.Constexpr[int], row_mult: Int32 = 1) -> Int64:
     """first(b) of the packed order (module docstring), 64-bit; 32-bit arithmetic without packing
-    (a 64-bit division costs a call per search probe)."""
+    (a 64-bit division costs a call per search probe). row_mult: row packing's g (else 1)."""
     first = Int64(cu_q // tile_m + b)
     if pack_r != 1:
         first = Int64(pack_r) * Int64(cu_q) // Int64(tile_m) + Int64(b) * Int64(slot_slack(pack_r, tile_m // ROW_BLOCK))
+    if row_mult != 1:  # row packing (pack_r 1): k = 1
+        first = Int64(row_mult) * Int64(cu_q) // Int64(tile_m) + Int64(b)
     return first
 
 
 @cute.jit
-def sequence_of_slot_warp(mCuSeqlensQ: cute.Tensor, slot: Int64, pack_r: Int32, tile_m: cutlass.Constexpr[int]) -> Int32:
+def sequence_of_slot_warp(
+    mCuSeqlensQ: cute.Tensor, slot: Int64, pack_r: Int32, tile_m: cutlass.Constexpr[int], row_mult: Int32 = 1
+) -> Int32:  # fmt: skip
     """The last b in [0, B - 1] whose first packed slot first(b) is <= slot (0 when none is),
     found by the 32 lanes of a warp together, every lane returning it. Each round probes 32
     evenly spaced positions of [lo, hi] at once (one load each) and keeps the gap between the last
@@ -104,7 +123,7 @@ def sequence_of_slot_warp(mCuSeqlensQ: cute.Tensor, slot: Int64, pack_r: Int32, 
     while lo < hi:
         step = (hi - lo + 31) // 32
         probe = cutlass.min(lo + (lane + 1) * step, hi)
-        passes = first_slot(Int32(mCuSeqlensQ[probe]), probe, pack_r, tile_m) <= slot
+        passes = first_slot(Int32(mCuSeqlensQ[probe]), probe, pack_r, tile_m, row_mult) <= slot
         count = Int32(cute.arch.popc(cute.arch.vote_ballot_sync(passes)))
         new_lo = lo
         if count > 0:
@@ -128,11 +147,12 @@ def tile_item(unit: Int32, tile: Int32, w, pack_r: Int32, num_wg: cutlass.Conste
 
 
 @cute.jit
-def kv_head(unit: Int32, pack_r: Int32, ratio: Int32) -> Int32:
+def kv_head(unit: Int32, pack_r: Int32, ratio: Int32, row_mult: Int32 = 1) -> Int32:
     """The K/V head every item of a unit's tiles reads: the unit itself when the launch packs GQA
-    groups (pack_r = ratio), else the unit's query head's group, unit // ratio."""
+    groups (pack_r = ratio, or row packing: row_mult = ratio), else the unit's query head's group,
+    unit // ratio."""
     head = unit
-    if pack_r == 1:
+    if pack_r * row_mult == 1:
         head = unit // ratio
     return head
 
@@ -227,6 +247,7 @@ def decode_tile(
     token_bytes: cutlass.Constexpr[int],  # (d_qk + d_v) * element bytes: one token's K and V of one head
     kv_head_groups: cutlass.Constexpr[bool] = False,  # L2 groups counted in K/V heads (`l2_group`)
     num_splits: Int32 = 1,  # split-KV splits per (unit, slot): the fastest digit of t
+    row_mult: Int32 = 1,  # row packing: g = H_q / H_kv packed rows per token (pack_r 1); else 1
 ):
     """(unit, tile, batch_idx, has_rows, seqlen, split) of linear tile index t (see the module);
     has_rows == 0: nothing to compute (at most padded LSE rows past len_q to fill); split: which of
@@ -246,9 +267,9 @@ def decode_tile(
     slot = Int32(0)
     if packed != 0:
         # The last sequence whose first slot is <= slot (0 when there is none).
-        lo = sequence_of_slot_warp(mCuSeqlensQ, slot_lin, pack_r, tile_m)
+        lo = sequence_of_slot_warp(mCuSeqlensQ, slot_lin, pack_r, tile_m, row_mult)
         batch_idx = lo
-        rel = slot_lin - first_slot(Int32(mCuSeqlensQ[lo]), lo, pack_r, tile_m)  # may be < 0: no tile
+        rel = slot_lin - first_slot(Int32(mCuSeqlensQ[lo]), lo, pack_r, tile_m, row_mult)  # may be < 0: no tile
         slot = Int32(rel)
         if rel < Int64(0):
             has_slot = Int32(0)
@@ -257,18 +278,23 @@ def decode_tile(
         batch_idx = Int32(slot_lin // Int64(tiles_max))
         slot = Int32(slot_lin - Int64(batch_idx) * Int64(tiles_max))
     seqlen = SeqlenInfo.create(batch_idx, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k)
-    row_blocks = (seqlen.len_q + (ROW_BLOCK - 1)) // ROW_BLOCK
+    row_blocks = (seqlen.len_q * row_mult + (ROW_BLOCK - 1)) // ROW_BLOCK
     tiles_q = (pack_r * row_blocks + (num_wg - 1)) // num_wg
     unit = unit_x
     if slot < tiles_q:
         heads_counted = num_units * pack_r  # query heads, each counted with its own K/V
         if const_expr(kv_head_groups):
             heads_counted = heads_counted // ratio  # K/V heads
+        if row_mult != 1:
+            heads_counted = num_units  # row packing: a unit reads one K/V head for its g query heads
         if Int64(seqlen.len_k) * Int64(heads_counted * token_bytes) > Int64(L2_KV_BYTES):
             # L2 groups: a bijection of the sequence's tile-holding (unit, slot) pairs, in the
             # order units-fastest ranks them (`l2_group`).
             head_bytes = Float32(seqlen.len_k) * Float32(token_bytes)
-            group = l2_group(Int32(Float32(L2_KV_BYTES) / head_bytes), ratio, kv_head_groups) // pack_r
+            fit = Int32(Float32(L2_KV_BYTES) / head_bytes)
+            group = l2_group(fit, ratio, kv_head_groups) // pack_r
+            if row_mult != 1:
+                group = cutlass.max(fit, 1)  # units (K/V heads) whose K/V fit
             rank = unit_x + num_units * slot
             per_group = group * tiles_q
             g = rank // per_group
@@ -290,12 +316,25 @@ def decode_tile(
 
 
 def launch_schedule_ref(
-    lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512, num_splits=1
+    lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512, num_splits=1,
+    pack_rows=False,
 ):  # fmt: skip
     """Pure-Python twin of the launch's tile counts (forward.py __call__): (num_units, pack_r,
     tiles_max, packed, num_tiles) for sequences of lengths lens_q (cu_seqlens_q their prefix sums).
     pack: the class may pack GQA groups ("always": pack whatever it saves, for tests of the cover).
-    num_splits: split-KV splits per (unit, slot) (num_tiles counts each)."""
+    num_splits: split-KV splits per (unit, slot) (num_tiles counts each). pack_rows: the launch
+    packs rows (module docstring; H_q / H_kv > 1, no padded LSE; `pack` is then ignored): units are
+    K/V heads, pack_r 1, rows per token g (`row_mult_ref`)."""
+    if pack_rows and row_mult_ref(num_heads, num_heads_kv, pack_rows, lse_s_max) != 1:
+        g = num_heads // num_heads_kv
+        num_wg = tile_m // ROW_BLOCK
+        q_rows = max(lens_q, default=0)
+        tiles_max = -(-g * q_rows // tile_m)
+        batch = len(lens_q)
+        slots = g * sum(lens_q) // tile_m + batch
+        packed = int(slots < tiles_max * batch)
+        num_tiles = (slots if packed else tiles_max * batch) * num_heads_kv * num_splits
+        return num_heads_kv, 1, tiles_max, packed, num_tiles
     if pack is True:
         _, _, _, _, unpacked = launch_schedule_ref(lens_q, lens_k, num_heads, num_heads_kv, tile_m, False, lse_s_max)
         _, _, _, _, packed = launch_schedule_ref(lens_q, lens_k, num_heads, num_heads_kv, tile_m, "always", lse_s_max)
@@ -313,17 +352,26 @@ def launch_schedule_ref(
     return num_units, pack_r, tiles_max, packed, num_tiles
 
 
+def row_mult_ref(num_heads, num_heads_kv, pack_rows, lse_s_max=0):
+    """Packed rows per token of a launch: g = H_q / H_kv where it packs rows (asked for, g > 1, no
+    padded LSE), else 1 (forward.py __call__)."""
+    g = num_heads // num_heads_kv
+    return g if pack_rows and g > 1 and lse_s_max == 0 else 1
+
+
 def decode_tile_ref(
     t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False,
-    num_splits=1,
+    num_splits=1, pack_rows=False,
 ):  # fmt: skip
     """Pure-Python twin of `decode_tile` (with the launch's counts): (unit, tile, batch_idx,
-    has_rows, pack_r, split), for tests."""
+    has_rows, pack_r, split), for tests. With row packing (pack_rows; `row_mult_ref` > 1) tile is
+    the unit's tile of tile_m packed rows (module docstring)."""
     num_wg = tile_m // ROW_BLOCK
     num_units, pack_r, tiles_max, packed, _ = launch_schedule_ref(
-        lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max, token_bytes
+        lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max, token_bytes, pack_rows=pack_rows
     )
     ratio = num_heads // num_heads_kv
+    row_mult = row_mult_ref(num_heads, num_heads_kv, pack_rows, lse_s_max)
     cu = [0]
     for n in lens_q:
         cu.append(cu[-1] + n)
@@ -331,19 +379,23 @@ def decode_tile_ref(
     unit_x, slot_lin = t % num_units, t // num_units
     has_slot = 1
     if packed:
-        firsts = [pack_r * cu[b] // tile_m + b * slot_slack(pack_r, num_wg) for b in range(len(lens_q))]
+        firsts = [pack_r * row_mult * cu[b] // tile_m + b * slot_slack(pack_r, num_wg) for b in range(len(lens_q))]
         b = max([i for i, f in enumerate(firsts) if f <= slot_lin], default=0)
         slot = slot_lin - firsts[b]
         if slot < 0:
             has_slot, slot = 0, 0
     else:
         b, slot = slot_lin // tiles_max, slot_lin % tiles_max
-    tiles_q = -(-pack_r * -(-lens_q[b] // ROW_BLOCK) // num_wg)
+    tiles_q = -(-pack_r * -(-lens_q[b] * row_mult // ROW_BLOCK) // num_wg)
     unit = unit_x
     heads_counted = num_units * pack_r // (ratio if kv_head_groups else 1)
+    if row_mult != 1:
+        heads_counted = num_units
     if slot < tiles_q and lens_k[b] * heads_counted * token_bytes > L2_KV_BYTES:
         fit = int(L2_KV_BYTES / (lens_k[b] * token_bytes))
         group = (max(fit, 1) * ratio if kv_head_groups else max(fit // ratio, 1) * ratio) // pack_r
+        if row_mult != 1:
+            group = max(fit, 1)
         rank = unit_x + num_units * slot
         g, rest = divmod(rank, group * tiles_q)
         units_here = min(group, num_units - g * group)
