@@ -249,7 +249,7 @@ def num_splits_for(layout_class: LayoutClass, problem: Problem) -> int:
     max_q = problem.max_seqlen_q if problem.max_seqlen_q is not None else problem.total_q
     return split_kv.choose_num_splits(
         problem.batch, problem.total_q, max_q, problem.max_seqlen_k, problem.h_q, problem.h_kv,
-        launch.sm_count(problem.device), cfg.tile_m, cfg.tile_n, cfg.pack_gqa,
+        launch.sm_count(problem.device), cfg.tile_m, cfg.tile_n, cfg.pack_gqa, cfg.pack_rows,
     )  # fmt: skip
 
 

@@ -39,7 +39,7 @@ import torch
 
 from .backends import MAX_BATCH, MAX_HEADS, MAX_PADDED_LSE_ROWS, MAX_TOKENS
 from .kernels.sm90.launch import rows_inside, tile_counter
-from .kernels.sm90.split_kv import choose_num_splits, run_splits
+from .kernels.sm90.split_kv import choose_num_splits, choose_pack_rows, run_splits
 from .layout_class import head_dim_class
 from .problem import Problem
 
@@ -47,9 +47,9 @@ _ARG_ORDER = (
     "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
     "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
-    "lse_scale", "num_ctas", "tile_counter", "page_table", "num_splits",
+    "lse_scale", "num_ctas", "tile_counter", "page_table", "num_splits", "pack_rows",
 )  # fmt: skip
-# A -softcap / -sinks class's function takes these after num_splits (kernels/sm90/launch.py).
+# A -softcap / -sinks class's function takes these after pack_rows (kernels/sm90/launch.py).
 _EXT_ARGS = ("sinks", "softcap")
 _INT32 = torch.int32
 _F32 = torch.float32
@@ -99,7 +99,25 @@ def _split_tiles(problem: Problem):
     sibling = lse_sibling(layout_class)
     cfg = tile_config(sibling)
     min_k = (MIN_KEY_BLOCKS - 1) * cfg.tile_n + 1
-    return cfg.tile_m, cfg.tile_n, cfg.pack_gqa, min_k, FILL_FRACTION * cfg.tile_m, None if layout_class.lse else sibling
+    return (
+        cfg.tile_m, cfg.tile_n, cfg.pack_gqa, min_k, FILL_FRACTION * cfg.tile_m, None if layout_class.lse else sibling,
+        cfg.pack_rows,
+    )  # fmt: skip
+
+
+def _pack_rows_tile(problem: Problem) -> int:
+    """The tile_m of the problem's class where the class packs rows (TileConfig.pack_rows) and the
+    call has GQA, else 0: try_launch then asks split_kv.choose_pack_rows (cached) per call."""
+    from .backends import layout_class_for
+    from .kernels.sm90.tile_config import tile_config
+
+    if problem.h_q <= problem.h_kv:
+        return 0
+    try:
+        cfg = tile_config(layout_class_for(problem))
+    except NotImplementedError:
+        return 0
+    return cfg.tile_m if cfg.pack_rows else 0
 
 
 class BoundKernel:
@@ -113,6 +131,7 @@ class BoundKernel:
         "_lse_scale",
         "_num_ctas",
         "_options",
+        "_pack_rows",
         "_return_lse",
         "_sibling",
         "_sinks_slot",
@@ -156,6 +175,7 @@ class BoundKernel:
         self._lse_layout = problem.lse_layout
         self._lse_scale = 1.0 if problem.lse_base == "log2" else _LN2
         self._split = _split_tiles(problem)
+        self._pack_rows = _pack_rows_tile(problem)
         # total_q * H_q at or above this never splits (`_split_tiles`' max_rows, times the SMs).
         self._split_rows = 0 if self._split is None else self._split[4] * self._num_ctas
         self._softcap = problem.softcap
@@ -278,6 +298,7 @@ class BoundKernel:
                 self._compiled(
                     q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
                     scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), None, 1,
+                    choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows) if self._pack_rows else 0,
                 )  # fmt: skip
             except (ValueError, TypeError):  # the TVM-FFI entry's checks, before any launch
                 return None
@@ -308,10 +329,14 @@ class BoundKernel:
         splits = 1
         if self._split is not None and type(max_k) is int:
             tile_m, tile_n, pack_gqa = self._split[:3]
-            splits = choose_num_splits(batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, tile_m, tile_n, pack_gqa)
+            splits = choose_num_splits(
+                batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, tile_m, tile_n, pack_gqa, self._split[6]
+            )  # fmt: skip
+        pack_rows = choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, s_max) if self._pack_rows else 0
         args = (
             q, k, v, out, lse.view(-1), cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, s_max,
             scale, left, right, bottom_right, *strides, self._lse_scale, self._num_ctas, tile_counter(q), None, 1,
+            pack_rows,
         )  # fmt: skip
         try:
             if splits == 1:
@@ -334,7 +359,9 @@ class BoundKernel:
         total_q, h_q, _ = q.shape
         d_v = v.shape[2]
         tile_m, tile_n, pack_gqa = self._split[:3]
-        splits = choose_num_splits(batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, tile_m, tile_n, pack_gqa)
+        splits = choose_num_splits(
+            batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, tile_m, tile_n, pack_gqa, self._split[6]
+        )  # fmt: skip
         sibling = self._sibling
         if splits > 1 and sibling is None:
             sibling = self._sibling_kernel()
@@ -349,6 +376,7 @@ class BoundKernel:
         args = (
             q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
             scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), None, 1,
+            choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows) if self._pack_rows else 0,
         )  # fmt: skip
         try:
             if splits == 1 or sibling is None:

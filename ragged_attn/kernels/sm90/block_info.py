@@ -131,6 +131,16 @@ class BlockInfo:
         return n_block_max
 
     @cute.jit
+    def n_block_max_last(self, row_last: Int32) -> Int32:
+        """`n_block_max_rows` for rows up to row_last (< len_q, already clipped): row packing's
+        warpgroups, whose last row's token is computed by the caller."""
+        _, n_block_max = self.n_block_range()
+        if const_expr(self.has_right):
+            col_end = cutlass.max(row_last + self.off + self.right + 1, 0)
+            n_block_max = cutlass.min(n_block_max, self._blocks(col_end + (self.tile_n - 1)))
+        return n_block_max
+
+    @cute.jit
     def n_block_min_rows(self, row_first: Int32) -> Int32:
         """The first key block rows row_first.. of the tile may see, at least n_block_range's
         (this split's share); without a left bound, n_block_range's."""

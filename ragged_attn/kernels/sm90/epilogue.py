@@ -66,6 +66,7 @@ def store_tile(
     wg_barrier_base: cutlass.Constexpr[int],
     o_tma=(None, None),  # (tma_atom_O, tma_O): TMA stores of full 64-row blocks (wg_local only)
     o_turn=None,  # (one warpgroup's P V tiled MMA, turn barrier base, warpgroups): sO holds 64 rows
+    row_mult=None,  # row packing's classes: packed rows per token (1: the launch does not pack rows)
 ):
     """O (normalised, fp32 registers) -> out dtype -> smem (stmatrix) -> 128-bit global stores of
     rows < len_q and columns < mO's run-time head dim (an envelope class never writes the columns
@@ -80,7 +81,11 @@ def store_tile(
     o_turn (wg_local): sO holds one warpgroup's 64 rows and the warpgroups take it in turns, in
     warpgroup order: each waits for its turn (named barrier turn base + wg_idx: its 128 threads and
     the previous holder's storing warp) before writing sO, and its storing warp passes the turn on
-    once sO has been read (its TMA store's read done, or after the warpgroup read its rows back)."""
+    once sO has been read (its TMA store's read done, or after the warpgroup read its rows back).
+    row_mult (classes with row packing; tile_scheduler.py): where it is > 1, row0 counts packed
+    rows, head_idx is the unit's K/V head, and packed row m is token m // row_mult of query head
+    head_idx * row_mult + m % row_mult: LSE and O (predicated 128-bit stores, never the TMA store)
+    go to that token's row and head, rows m < len_q * row_mult only."""
     tma_atom_O, tma_O = o_tma
     use_tma = const_expr(tma_atom_O is not None)
     use_turns = const_expr(o_turn is not None)
@@ -99,7 +104,22 @@ def store_tile(
     cute.copy(smem_copy, smem_copy.retile(rO), smem_copy.partition_D(sO))
 
     rows_left = seqlen.len_q - row0  # may be <= 0 for a warpgroup whose item lies past len_q
-    if const_expr(has_lse):
+    packing = Int32(0)  # 1: this launch packs rows (row_mult > 1)
+    if const_expr(row_mult is not None):
+        rows_left = seqlen.len_q * row_mult - row0  # packed rows
+        packing = Int32(row_mult != 1)
+    if const_expr(has_lse and row_mult is not None):
+        if packing != 0:
+            store_lse_packed(
+                lse2, tiled_mma_pv, mLSE, seqlen, tidx, row0, head_idx, batch_idx, row_mult, rows_left,
+                lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, tile_m, d_v,
+            )  # fmt: skip
+        else:
+            store_lse(
+                lse2, tiled_mma_pv, mLSE, seqlen, tidx, row0, head_idx, batch_idx, rows_left, lse_s_max,
+                lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, tile_m, d_v,
+            )  # fmt: skip
+    elif const_expr(has_lse):
         cO = cute.make_identity_tensor((tile_m, d_v))
         tOcO = acc_rows_view(tiled_mma_pv.get_slice(tidx).partition_C(cO))
         if tOcO[0, 0][1] == 0:  # the thread of each quad that holds column 0
@@ -130,7 +150,10 @@ def store_tile(
     # then load the next tile's Q into the buffer).
     release_q = pipe_q if const_expr(o_aliases_q) else None
     if const_expr(use_tma):
-        if rows_left - part * rows >= rows:  # the whole block lies below len_q
+        whole = rows_left - part * rows >= rows  # the whole block lies below len_q
+        if const_expr(row_mult is not None):
+            whole = whole & (packing == 0)  # row packing: rows of several tokens and heads
+        if whole:
             if tidx % 128 < 32:
                 gO_tma = cute.local_tile(
                     cute.domain_offset((seqlen.offset_o, 0), tma_O[None, None, head_idx]),
@@ -150,13 +173,54 @@ def store_tile(
         else:
             store_rows(
                 gmem_tiled_copy_O, sO, mO, seqlen, tidx, row0, head_idx, rows_left, part, rows, tile_m, d_v,
-                out_dtype, s_part=s_part, turn_pass=turn_pass,
+                out_dtype, s_part=s_part, turn_pass=turn_pass, row_mult=row_mult,
             )  # fmt: skip
     else:
         store_rows(
             gmem_tiled_copy_O, sO, mO, seqlen, tidx, row0, head_idx, rows_left, part, rows, tile_m, d_v,
-            out_dtype, release_q, q_state, s_part=s_part, turn_pass=turn_pass,
+            out_dtype, release_q, q_state, s_part=s_part, turn_pass=turn_pass, row_mult=row_mult,
         )  # fmt: skip
+
+
+@cute.jit
+def store_lse(
+    lse2, tiled_mma_pv, mLSE, seqlen, tidx, row0, head_idx, batch_idx, rows_left, lse_s_max,
+    lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, tile_m: cutlass.Constexpr[int], d_v: cutlass.Constexpr[int],
+):  # fmt: skip
+    """store_tile's LSE rows (one head, rows row0 + ...): rows < len_q get the LSE, padded rows < lse_s_max -inf."""
+    cO = cute.make_identity_tensor((tile_m, d_v))
+    tOcO = acc_rows_view(tiled_mma_pv.get_slice(tidx).partition_C(cO))
+    if tOcO[0, 0][1] == 0:  # the thread of each quad that holds column 0
+        row_first = tOcO[0, 0][0]
+        idx_first = lse_index(seqlen, batch_idx, head_idx, row0 + row_first, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
+        for r in cutlass.range_constexpr(cute.size(tOcO, mode=[0])):
+            row_in_tile = tOcO[r, 0][0]
+            row = row0 + row_in_tile
+            idx = idx_first + Int64(row_in_tile - row_first) * lse_s_row
+            if row_in_tile < rows_left:
+                mLSE[idx] = lse2[r] * lse_scale
+            elif row < lse_s_max:
+                mLSE[idx] = -Float32.inf
+
+
+@cute.jit
+def store_lse_packed(
+    lse2, tiled_mma_pv, mLSE, seqlen, tidx, row0, kv_head, batch_idx, g, rows_left,
+    lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, tile_m: cutlass.Constexpr[int], d_v: cutlass.Constexpr[int],
+):  # fmt: skip
+    """store_tile's LSE rows under row packing: packed row m = row0 + row is token m // g of query
+    head kv_head * g + m % g; rows m < len_q * g only (rows_left counts packed rows past row0)."""
+    cO = cute.make_identity_tensor((tile_m, d_v))
+    tOcO = acc_rows_view(tiled_mma_pv.get_slice(tidx).partition_C(cO))
+    if tOcO[0, 0][1] == 0:
+        for r in cutlass.range_constexpr(cute.size(tOcO, mode=[0])):
+            row_in_tile = tOcO[r, 0][0]
+            if row_in_tile < rows_left:
+                m = row0 + row_in_tile
+                tok = m // g
+                head = kv_head * g + (m - tok * g)
+                idx = lse_index(seqlen, batch_idx, head, tok, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
+                mLSE[idx] = lse2[r] * lse_scale
 
 @cute.jit
 def store_rows(
@@ -177,6 +241,7 @@ def store_rows(
     q_state=None,
     s_part=None,
     turn_pass=None,
+    row_mult=None,
 ):
     """sO block `s_part` (default `part`; `rows` rows) -> registers -> 128-bit global stores of
     the tile's row block `part`, its rows < len_q and columns < mO's run-time head dim; with pipe_q,
@@ -205,11 +270,36 @@ def store_rows(
     tOgO = gmem_copy.partition_D(gO)
     tOcO_g = gmem_copy.partition_S(cute.make_identity_tensor((rows, d_v)))
     tOpO = column_predicate(tOcO_g, mO.shape[2])
-    for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
-        if tOcO_g[0, rm, 0][0] < rows_left:
-            cute.copy(
-                gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None], pred=tOpO[None, rm, None]
-            )
+    if const_expr(row_mult is None):
+        for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
+            if tOcO_g[0, rm, 0][0] < rows_left:
+                cute.copy(
+                    gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None], pred=tOpO[None, rm, None]
+                )
+    else:
+        if row_mult == 1:
+            for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
+                if tOcO_g[0, rm, 0][0] < rows_left:
+                    cute.copy(
+                        gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None], pred=tOpO[None, rm, None]
+                    )
+        else:
+            # Row packing: each row's own (token, query head) address (store_tile's row_mult).
+            first = row0 + part * rows  # the packed row of this block's row 0
+            for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
+                row_in = tOcO_g[0, rm, 0][0]
+                if row_in < rows_left:
+                    m = first + row_in
+                    tok = m // row_mult
+                    head = head_idx * row_mult + (m - tok * row_mult)
+                    row_ptr = mO.iterator + cute.crd2idx((seqlen.offset_o + tok, head, 0), mO.layout)
+                    ptr = cute.make_ptr(out_dtype, row_ptr.toint(), cute.AddressSpace.gmem, assumed_align=16)
+                    # Every row of this view is the one row: partition_D's row rm is it.
+                    gO_row = cute.make_tensor(ptr, cute.make_layout((rows, d_v), stride=(0, 1)))
+                    tOgO_row = gmem_copy.partition_D(gO_row)
+                    cute.copy(
+                        gmem_tiled_copy_O, tOrO[None, rm, None], tOgO_row[None, rm, None], pred=tOpO[None, rm, None]
+                    )
 
 
 @cute.jit

@@ -180,6 +180,9 @@ class RaggedForwardSm90(MmaMainloops):
         # GQA packing (tile_scheduler.py): each warpgroup's item may be another query head's rows,
         # so each warpgroup stores its own O and LSE (wg_epilogue) and masks with its own rows.
         self.pack_gqa = config.pack_gqa and self.wg_epilogue and self.wg_skip
+        # Row packing (tile_scheduler.py; run-time per launch, `row_mult`): each warpgroup stores
+        # its own rows (wg_epilogue) and masks with its own rows' tokens (wg_skip).
+        self.pack_rows = config.pack_rows and self.wg_epilogue and self.wg_skip and not self.pack_gqa and not sinks
         self.q_stages = config.q_stages
         # O staged 64 rows at a time, the warpgroups taking the buffer in turns (tile_config.py).
         self.o_turns = config.o_turns and self.wg_epilogue
@@ -231,6 +234,7 @@ class RaggedForwardSm90(MmaMainloops):
         mTileCounter: cute.Tensor,  # (1,) int32 tile counter: 0 before the launch, left 0 after it
         mPageTable: Optional[cute.Tensor],  # paged: (B, max_pages) int32; ragged: None
         num_splits: Int32,  # split-KV splits (>= 1): mO / mLSE address num_splits * total_q rows
+        pack_rows: Int32,  # != 0: pack rows where the class can (TileConfig.pack_rows, H_q > H_kv, no padded LSE)
         stream: cuda.CUstream,
     ):
         """num_splits > 1: mO is split 0's (total_q, H_q, d_v) view of a (num_splits, total_q, H_q,
@@ -240,8 +244,8 @@ class RaggedForwardSm90(MmaMainloops):
         self.host(
             mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
             batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
-            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, stream,
-            None, None,
+            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, pack_rows,
+            stream, None, None,
         )  # fmt: skip
 
     @cute.jit
@@ -274,6 +278,7 @@ class RaggedForwardSm90(MmaMainloops):
         mTileCounter: cute.Tensor,
         mPageTable: Optional[cute.Tensor],
         num_splits: Int32,
+        pack_rows: Int32,
         mSinks: Optional[cute.Tensor],  # sinks class: (H_q,) fp32 sink logits (natural log); else None
         softcap: Float32,  # softcap class: the cap (> 0); else ignored
         stream: cuda.CUstream,
@@ -285,16 +290,16 @@ class RaggedForwardSm90(MmaMainloops):
         self.host(
             mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
             batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
-            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, stream,
-            mSinks, softcap,
+            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, pack_rows,
+            stream, mSinks, softcap,
         )  # fmt: skip
 
     @cute.jit
     def host(
         self, mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
         batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
-        lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, stream,
-        mSinks, softcap,
+        lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, pack_rows,
+        stream, mSinks, softcap,
     ):  # fmt: skip
         """The host side of both entries (`__call__`: mSinks and softcap None)."""
         # Sequence first, head last, as TMA wants: (total, d, h).
@@ -410,6 +415,15 @@ class RaggedForwardSm90(MmaMainloops):
             if num_tiles_p * Int64(PACK_MIN_SAVING[1]) <= num_tiles * Int64(PACK_MIN_SAVING[1] - PACK_MIN_SAVING[0]):
                 pack_r = ratio
                 tiles_max, packed, num_tiles = tiles_max_p, packed_p, num_tiles_p
+        row_mult = Int32(1)
+        if const_expr(self.pack_rows):
+            # Row packing where the launch asks for it (launch.py chooses) and it means something.
+            ratio_r = num_heads // num_heads_kv
+            if pack_rows != 0 and ratio_r > 1 and lse_s_max == 0:
+                row_mult = ratio_r
+                tiles_max, packed, num_tiles = self.tile_counts(
+                    1, num_heads, total_q, batch, max_seqlen_q, lse_s_max, num_splits, row_mult
+                )  # fmt: skip
         grid_x = Int32(cutlass.min(num_tiles, Int64(cutlass.max(num_ctas, 1))))
         scale_log2 = softmax_scale * Float32(LOG2_E)
         softcap_mult = None
@@ -444,6 +458,8 @@ class RaggedForwardSm90(MmaMainloops):
             tiles_max,
             num_tiles,
             pack_r,
+            row_mult,
+            mQ if const_expr(self.pack_rows) else None,
             num_splits,
             use_seqused_q,
             use_seqused_k,
@@ -480,19 +496,27 @@ class RaggedForwardSm90(MmaMainloops):
     @cute.jit
     def tile_counts(
         self, pack_r: Int32, num_heads: Int32, total_q: Int32, batch: Int32, max_seqlen_q: Int32, lse_s_max: Int32,
-        num_splits: Int32,
+        num_splits: Int32, row_mult=None,
     ):  # fmt: skip
         """(tiles_max, packed, num_tiles) of the linear tile order with pack_r query heads per unit
         and num_splits split-KV splits per tile (tile_scheduler.py; its launch_schedule_ref is the
-        Python twin)."""
+        Python twin). row_mult: row packing's g (units are K/V heads; pack_r 1, no padded LSE)."""
         num_wg = self.num_mma_warpgroups
         q_rows = cutlass.max(max_seqlen_q, lse_s_max)
-        row_blocks = q_rows // ROW_BLOCK + Int32(q_rows % ROW_BLOCK != 0)  # ceil without overflow near 2**31
-        tiles_max = Int32((Int64(pack_r) * Int64(row_blocks) + Int64(num_wg - 1)) // Int64(num_wg))
-        slots = Int64(pack_r) * Int64(total_q) // Int64(self.tile_m) + Int64(batch) * Int64(slot_slack(pack_r, num_wg))
-        fewer = Int32(slots < Int64(tiles_max) * Int64(batch))
-        packed = Int32(lse_s_max == 0) * fewer
-        num_tiles = total_tiles(num_heads // pack_r, total_q, batch, tiles_max, packed, pack_r, self.tile_m, num_splits)
+        if const_expr(row_mult is None):
+            row_blocks = q_rows // ROW_BLOCK + Int32(q_rows % ROW_BLOCK != 0)  # ceil without overflow near 2**31
+            tiles_max = Int32((Int64(pack_r) * Int64(row_blocks) + Int64(num_wg - 1)) // Int64(num_wg))
+            slots = Int64(pack_r) * Int64(total_q) // Int64(self.tile_m) + Int64(batch) * Int64(slot_slack(pack_r, num_wg))
+            fewer = Int32(slots < Int64(tiles_max) * Int64(batch))
+            packed = Int32(lse_s_max == 0) * fewer
+            num_tiles = total_tiles(num_heads // pack_r, total_q, batch, tiles_max, packed, pack_r, self.tile_m, num_splits)
+        else:
+            tiles_max = Int32((Int64(row_mult) * Int64(q_rows) + Int64(self.tile_m - 1)) // Int64(self.tile_m))
+            slots = Int64(row_mult) * Int64(total_q) // Int64(self.tile_m) + Int64(batch)
+            packed = Int32(slots < Int64(tiles_max) * Int64(batch))
+            num_tiles = total_tiles(
+                num_heads // row_mult, total_q, batch, tiles_max, packed, Int32(1), self.tile_m, num_splits, row_mult
+            )  # fmt: skip
         return tiles_max, packed, num_tiles
 
     def storage_struct(self, sQ_layout, sK_layout, sV_layout, sO_layout):
@@ -545,6 +569,8 @@ class RaggedForwardSm90(MmaMainloops):
         tiles_max: Int32,
         num_tiles: Int64,  # linear tile indices in all
         pack_r: Int32,  # query heads per unit: H_q / H_kv with GQA packing, else 1 (tile_scheduler.py)
+        row_mult: Int32,  # packed rows per token: H_q / H_kv with row packing, else 1 (tile_scheduler.py)
+        mQ: Optional[cute.Tensor],  # pack_rows classes: (total_q, H_q, d_qk) for the Q row gather; else None
         num_splits: Int32,  # split-KV splits per tile (1: none; tile_scheduler.py, block_info.py)
         use_seqused_q: Int32,
         use_seqused_k: Int32,
@@ -614,7 +640,9 @@ class RaggedForwardSm90(MmaMainloops):
         pipe_q = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_q.data_ptr(),
             num_stages=self.q_stages,
-            producer_group=one_warp,
+            # Row packing: the 32 lanes of producer warp 0 arrive (load_q: the gather's cp.async
+            # arrivals, or the TMA's expect_tx plus 31).
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32) if const_expr(self.pack_rows) else one_warp,
             consumer_group=mma_warps,
             tx_count=self.bytes_q,
             defer_sync=True,
@@ -671,14 +699,17 @@ class RaggedForwardSm90(MmaMainloops):
         ratio = cute.size(tma_Q.shape[2]) // cute.size(tma_K.shape[2])
         if const_expr(not self.pack_gqa):
             pack_r = 1  # a trace-time constant: the unpacked classes' item arithmetic folds away
+        if const_expr(not self.pack_rows):
+            row_mult = 1  # likewise for row packing
         sched = (
-            num_tiles, cute.size(tma_Q.shape[2]) // pack_r, pack_r, ratio, tiles_max, packed,
-            mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
+            num_tiles, cute.size(tma_Q.shape[2]) // pack_r // row_mult if const_expr(self.pack_rows) else cute.size(tma_Q.shape[2]) // pack_r,
+            pack_r, ratio, tiles_max, packed,
+            mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k, row_mult,
         )  # fmt: skip
         # Split-KV: (num_splits, total_q), read by the tile decode, the block ranges and the stores.
         splits = (num_splits, cute.size(tma_Q.shape[0]))
-        handoff = (pipe_tile, sTile, mTileCounter, pack_r, splits)
-        q_tma = (tma_Q, tma_Qw, tma_atom_Qw)  # the producer's Q loads (load_q)
+        handoff = (pipe_tile, sTile, mTileCounter, pack_r, splits, row_mult)
+        q_tma = (tma_Q, tma_Qw, tma_atom_Qw, mQ)  # the producer's Q loads (load_q)
         lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
         mask_numbers = (window_left, window_right, bottom_right)
         pipeline.pipeline_init_wait()
@@ -723,23 +754,25 @@ class RaggedForwardSm90(MmaMainloops):
         seqlen, block_info, items, split); a whole warp decodes t together. items: `items_of`'s
         words, computed once here for the hand-over, the block range and the Q loads. seqlen and
         block_info are split `split`'s (its output rows, its share of the key blocks)."""
-        _, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k = sched
+        _, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k, row_mult = sched
         num_splits, total_q = splits
         unit, tile, batch_idx, has_rows, seqlen, split = decode_tile(
             t, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
             self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8), self.l2_kv_head_groups, num_splits,
+            row_mult,
         )  # fmt: skip
         seqlen = seqlen.for_split(split, total_q)
         items = self.items_of(unit, tile, pack_r, seqlen, packed)
         rows = None
         if const_expr(len(items) > 0):
             rows = (items[-2], items[-1])
-        block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers, rows, split, num_splits)
+        block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers, rows, split, num_splits, row_mult)
         return unit, tile, batch_idx, has_rows, seqlen, block_info, items, split
 
     @cute.jit
     def block_info_of(
-        self, tile: Int32, pack_r: Int32, seqlen: SeqlenInfo, mask_numbers, rows, split: Int32, num_splits: Int32
+        self, tile: Int32, pack_r: Int32, seqlen: SeqlenInfo, mask_numbers, rows, split: Int32, num_splits: Int32,
+        row_mult=1,
     ) -> BlockInfo:  # fmt: skip
         """The key-block arithmetic of a sequence's tile `tile` (block_info.py) over the rows its
         warpgroups' items span (tile_scheduler.tile_rows, or `rows` = (row_lo, row_hi) as handed
@@ -762,6 +795,10 @@ class RaggedForwardSm90(MmaMainloops):
             row_lo, row_hi = tile_rows(tile, pack_r, self.num_mma_warpgroups)
         else:
             row_lo, row_hi = rows
+        if const_expr(self.pack_rows):
+            if row_mult != 1:  # packed rows -> the tokens of the tile's first and last rows
+                row_lo = row_lo // row_mult
+                row_hi = (row_hi - 1) // row_mult + 1
         block_info = BlockInfo(
             self.tile_n, self.has_left, self.has_right, row_lo, row_hi, seqlen.len_q, seqlen.len_k, off, left, right,
         )  # fmt: skip
@@ -799,6 +836,8 @@ class RaggedForwardSm90(MmaMainloops):
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
         loads = (q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched)
         self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_tile, loads, q_state, kv_state)
+        if const_expr(self.pack_rows):
+            cute.arch.cp_async_wait_group(0)  # the Q row gathers have landed before the warp exits
 
     @cute.jit
     def producer_walk(self, sched, mask_numbers, handoff, lse_args, load_one, loads, q_state, kv_state):
@@ -808,7 +847,7 @@ class RaggedForwardSm90(MmaMainloops):
         -> (q_state, kv_state)` (`load_tile` or `load_paged_tile`), or write a row-less tile's
         padded LSE -inf; then the next ticket (`next_tile`). Past the last, a tile with go = 0
         tells the readers to stop."""
-        pipe_tile, sTile, mTileCounter, pack_r, splits = handoff
+        pipe_tile, sTile, mTileCounter, pack_r, splits = handoff[:5]
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_STAGES)
         num_tiles = sched[0]
         lane = cute.arch.lane_idx()
@@ -836,14 +875,14 @@ class RaggedForwardSm90(MmaMainloops):
         q_state, kv_state, item) -> (q_state, kv_state)` (`mma_tile` or `load_paged_tile`) per
         tile, until one with go = 0. item: MMA warpgroup wg_idx's (row_block, head_idx) as handed
         over (classes with GQA packing), else None."""
-        pipe_tile, sTile, _, pack_r, splits = handoff
+        pipe_tile, sTile, _, pack_r, splits, row_mult = handoff
         num_splits, total_q = splits
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
         go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
         while go != 0:
             split = go - 1  # the tile's split-KV split (0 without split-KV)
             split_seqlen = seqlen.for_split(split, total_q)  # its output rows
-            block_info = self.block_info_of(tile, pack_r, split_seqlen, mask_numbers, rows, split, num_splits)
+            block_info = self.block_info_of(tile, pack_r, split_seqlen, mask_numbers, rows, split, num_splits, row_mult)
             q_state, kv_state = run_one(run_args, split_seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item)
             go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
 
@@ -950,22 +989,91 @@ class RaggedForwardSm90(MmaMainloops):
     @cute.jit
     def load_q(
         self, q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, unit: Int32, pack_r: Int32,
-        items=(),
+        items=(), row_mult=1,
     ):  # fmt: skip
         """Q of a tile into Q buffer q_state.index: one TMA load of tile_m rows of one head
         (unpacked), or (packed, q_tma's per-warpgroup atom) one load per MMA warpgroup of its
         item's 64 rows (a row block of one query head, tile_scheduler.tile_item) into its slice,
         all on that stage's barrier (whose transaction count is the whole buffer's). Rows past
         len_q arrive too (the next sequence's, or zeros past the tensor): nothing stores them."""
-        tma_Q, tma_Qw, tma_atom_Qw = q_tma
-        pipe_q.producer_acquire(q_state)
-        if const_expr(self.pack_gqa):
+        tma_Q, tma_Qw, tma_atom_Qw, mQ = q_tma
+        if const_expr(self.pack_rows):
+            self.load_q_rows_or_tile(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, row_mult)
+        elif const_expr(self.pack_gqa):
+            pipe_q.producer_acquire(q_state)
             if pack_r != 1:
                 self.load_q_items(tma_Qw, sQ, tma_atom_Qw, pipe_q, q_state, seqlen, items)
             else:
                 self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
         else:
+            pipe_q.producer_acquire(q_state)
             self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
+
+    @cute.jit
+    def load_q_rows_or_tile(self, q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, unit: Int32, row_mult: Int32):
+        """Q of a tile of a pack_rows class (the whole producer warp 0; the Q stage's full barrier
+        counts its 32 lanes): row packing (row_mult > 1) gathers the tile's packed rows that exist
+        (`gather_q_rows`), each lane arriving through cp.async.mbarrier.arrive.noinc once its
+        copies land; else one TMA load (lane 0 arrives expecting the stage's bytes, lane 1 for the
+        other 31)."""
+        tma_Q, tma_Qw, tma_atom_Qw, mQ = q_tma
+        pipe_q.sync_object_empty.wait(q_state.index, q_state.phase)
+        bar = pipe_q.producer_get_barrier(q_state)
+        if row_mult != 1:
+            self.gather_q_rows(mQ, sQ[None, None, q_state.index], seqlen, tile, unit, row_mult)
+            cute.arch.cp_async_commit_group()
+            cute.arch.cp_async_mbarrier_arrive_noinc(bar)
+        else:
+            lane = cute.arch.lane_idx()
+            if lane == 0:
+                cute.arch.mbarrier_arrive_and_expect_tx(bar, self.bytes_q)
+            cute.arch.sync_warp()
+            self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
+            if lane == 1:
+                cute.arch.mbarrier_arrive(bar, arrive_count=31)
+
+    @cute.jit
+    def gather_q_rows(self, mQ: cute.Tensor, sQ_stage: cute.Tensor, seqlen: SeqlenInfo, tile: Int32, unit: Int32, g: Int32):
+        """Producer warp 0: cp.async the packed rows [tile * tile_m, min((tile + 1) * tile_m, g len_q))
+        of K/V head `unit` into the Q stage sQ_stage (tile_m, d_qk): packed row m is token m // g of
+        query head unit * g + m % g (tile_scheduler.py). Rows past g len_q are not loaded where a
+        whole pass of rows lies past it (their stale contents stay in their own rows of S, P and O,
+        which are never stored), zero-filled in the last pass; columns past the real head dim are
+        zero-filled (they meet K's zero columns: 0, never 0 * NaN)."""
+        elems = 128 // self.dtype.width
+        elem_bytes = self.dtype.width // 8
+        chunks = self.d_qk // elems
+        tpr = next(t for t in (8, 4, 2, 1) if chunks % t == 0)
+        atom = cute.make_copy_atom(
+            cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.dtype, num_bits_per_copy=128
+        )
+        thr_layout = cute.make_ordered_layout((32 // tpr, tpr), order=(1, 0))
+        tiled_copy = cute.make_tiled_copy_tv(atom, thr_layout, cute.make_layout((1, elems)))
+        lane = cute.arch.lane_idx()
+        thr_copy = tiled_copy.get_slice(lane)
+        tXsX = thr_copy.partition_D(sQ_stage)
+        tXcX = thr_copy.partition_S(cute.make_identity_tensor((self.tile_m, self.d_qk)))
+        d_real = cute.size(mQ.shape[2])
+        first = tile * self.tile_m
+        rows_here = cutlass.min(seqlen.len_q * g - first, self.tile_m)
+        rows_per_pass = 32 // tpr
+        for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
+            if m * rows_per_pass < rows_here:  # a pass with a row that exists (uniform per warp)
+                row_in_tile = tXcX[0, m, 0][0]
+                exists = row_in_tile < rows_here
+                p = first + cutlass.min(row_in_tile, rows_here - 1)  # an existing row's address
+                tok = p // g
+                head = unit * g + (p - tok * g)
+                row_addr = (mQ.iterator + cute.crd2idx((seqlen.offset_q + tok, head, 0), mQ.layout)).toint()
+                for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
+                    col = tXcX[0, m, k][1]
+                    src_ptr = cute.make_ptr(
+                        self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
+                    )
+                    src = cute.make_tensor(src_ptr, tXsX[None, m, k].layout)
+                    pred = cute.make_fragment_like(tXsX[(0, None), m, k], cutlass.Boolean)
+                    pred.fill(exists & (col < d_real))
+                    cute.copy(tiled_copy, src, tXsX[None, m, k], pred=pred)
 
     @cute.jit
     def load_q_tile(self, tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, head_idx: Int32):
@@ -1005,8 +1113,8 @@ class RaggedForwardSm90(MmaMainloops):
         """Producer warp 0 (ragged): TMA loads of one tile's key blocks, last first, and Q after
         the first block's K (or alone when the tile sees no key). Returns (q_state, kv_state)."""
         q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched = loads
-        pack_r, ratio = sched[2], sched[3]
-        head_kv = kv_head(unit, pack_r, ratio)
+        pack_r, ratio, row_mult = sched[2], sched[3], sched[12]
+        head_kv = kv_head(unit, pack_r, ratio, row_mult)
         gK = cute.local_tile(
             cute.domain_offset((seqlen.offset_k, 0), tma_K[None, None, head_kv]),
             (self.tile_n, self.d_qk),
@@ -1028,10 +1136,10 @@ class RaggedForwardSm90(MmaMainloops):
         # Block i (i = 0 .. n_blocks - 1) is key block n_block_max - 1 - i; Q goes after block 0's K
         # (or alone when the tile sees no key; before it with q_first).
         if const_expr(self.q_first):
-            self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
+            self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
         else:
             if n_blocks <= 0:
-                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
+                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
             pipe_k.producer_acquire(kv_state)
@@ -1043,7 +1151,7 @@ class RaggedForwardSm90(MmaMainloops):
             )
             if const_expr(not self.q_first):
                 if i == 0:
-                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
+                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
             pipe_v.producer_acquire(kv_state)
             cute.copy(
                 tma_atom_V,
@@ -1103,9 +1211,9 @@ class RaggedForwardSm90(MmaMainloops):
         warp 0 bring the blocks wholly inside len_k as TMA boxes (paged_kv.py); warp 0 issues Q's
         TMA first (q_first) or after its share of the first K block. Returns (q_state, kv_state)."""
         q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
-        pack_r, ratio = sched[2], sched[3]
+        pack_r, ratio, row_mult = sched[2], sched[3], sched[12]
         tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
-        head_kv = kv_head(unit, pack_r, ratio)
+        head_kv = kv_head(unit, pack_r, ratio, row_mult)
         kv = PagedKV.create(
             mK, mV, mPageTable, batch_idx, head_kv, seqlen.len_k, tidx, gather_copy,
             self.dtype, self.tile_n, self.d_qk, self.d_v, self.page_tma if self.page_tma else BOX_ROWS,
@@ -1126,11 +1234,11 @@ class RaggedForwardSm90(MmaMainloops):
         # q_first before it, so Q does not wait behind the acquire of the first K stage.
         if const_expr(self.q_first):
             if warp_idx == 0:
-                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
+                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
         else:
             if n_blocks <= 0:
                 if warp_idx == 0:
-                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items)
+                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
             if const_expr(self.page_tma):
@@ -1161,7 +1269,7 @@ class RaggedForwardSm90(MmaMainloops):
         if const_expr(not self.q_first):
             if i == 0:
                 if warp_idx == 0:
-                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items)
+                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items, sched[12])
         pipe_v.producer_acquire(kv_state)
         kv.load(n_block, sV[None, None, kv_state.index], False)
         cute.arch.cp_async_commit_group()
@@ -1186,7 +1294,7 @@ class RaggedForwardSm90(MmaMainloops):
         if const_expr(not self.q_first):
             if i == 0:
                 if warp_idx == 0:
-                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items)
+                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items, sched[12])
         pipe_v.producer_acquire(kv_state)
         kv.load_boxes(
             tma_atom_Vb, tma_Vb[None, None, head_kv, None], sV[None, None, kv_state.index],
@@ -1281,7 +1389,10 @@ class RaggedForwardSm90(MmaMainloops):
             gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, o_turn,
         )  # fmt: skip
 
-        run_args = (tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, handoff[3])
+        run_args = (
+            tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, handoff[3],
+            handoff[5],
+        )  # fmt: skip
         if const_expr(self.softcap or self.sinks):
             run_args = run_args + (mSinks, softcap_mult)
         self.reader_walk(handoff, mask_numbers, self.mma_tile, run_args, q_state, kv_state, wg_idx)
@@ -1302,10 +1413,12 @@ class RaggedForwardSm90(MmaMainloops):
         the epilogue. Each warpgroup computes its own item (a row block of one query head,
         tile_scheduler.tile_item; `item`, as handed over, where the class hands it over). Returns
         (q_state, kv_state)."""
-        tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, pack_r = run_args[:11]
+        tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, pack_r, row_mult = (
+            run_args[:12]
+        )  # fmt: skip
         mSinks, softcap_mult = None, None
         if const_expr(self.softcap or self.sinks):
-            mSinks, softcap_mult = run_args[11:]
+            mSinks, softcap_mult = run_args[12:]
         if const_expr(item is None):
             row_block, head_idx = tile_item(unit, tile, wg_idx, pack_r, self.num_mma_warpgroups)
         else:
@@ -1320,16 +1433,22 @@ class RaggedForwardSm90(MmaMainloops):
         softmax.reset()
         acc_O.fill(0.0)
         pipe_q.consumer_wait(q_state)
+        if const_expr(self.pack_rows):
+            if row_mult != 1:
+                cute.arch.fence_view_async_shared()  # the Q rows came by cp.async (generic proxy)
         mask_args = (
             tScS, row0, self.tile_n, self.has_left, self.has_right,
             seqlen.len_k, block_info.off, block_info.left, block_info.right,
         )  # fmt: skip
         if const_expr(self.softcap):
             mask_args = mask_args + (softcap_mult,)
+        if const_expr(self.pack_rows):
+            mask_args = mask_args + (self.row_tokens(tScS, row0, row_mult),)
         q_release = (pipe_q, q_state) if const_expr(self.early_q_release) else None
         kv_state = self.tile_mainloop(
             tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
             pipe_k, pipe_v, block_info, seqlen.len_q, row0, wg_idx, mask_args, kv_state, q_release,
+            row_mult if const_expr(self.pack_rows) else None,
         )  # fmt: skip
         if const_expr(not self.o_aliases_q and not self.early_q_release):
             pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done
@@ -1343,6 +1462,22 @@ class RaggedForwardSm90(MmaMainloops):
             row0, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
             self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
             self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE, o_tma, o_turn,
+            row_mult if const_expr(self.pack_rows) else None,
         )  # fmt: skip
         q_state.advance()
         return q_state, kv_state
+
+    @cute.jit
+    def row_tokens(self, tScS: cute.Tensor, row0: Int32, row_mult: Int32):
+        """The tokens of this thread's rows of the S accumulator (row packing: packed row m is
+        token m // row_mult; without it row_mult is 1 and the token is the row): one division
+        per owned row per tile, for the mask (mask.apply_mask's `rows`)."""
+        coord_mn = acc_rows_view(tScS)
+        toks = ()
+        for r in cutlass.range_constexpr(cute.size(coord_mn, mode=[0])):
+            row = row0 + coord_mn[r, 0][0]
+            tok = row
+            if row_mult != 1:
+                tok = row // row_mult
+            toks = toks + (tok,)
+        return toks

@@ -22,10 +22,12 @@ COMPILED_ARGS = (
     "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
     "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
-    "lse_scale", "num_ctas", "tile_counter", "page_table", "num_splits",
+    "lse_scale", "num_ctas", "tile_counter", "page_table", "num_splits", "pack_rows",
 )
 # num_splits: split-KV's run-time split count (1: none; kernels/sm90/split_kv.py).
-# A class with softcap or sinks (issue 14) takes two more, after num_splits: sinks ((H_q,) float32,
+# pack_rows: != 0 lets a class with TileConfig.pack_rows pack GQA rows (tile_scheduler.py) in this
+# launch (it does where H_q > H_kv and the LSE is not padded); split_kv.choose_pack_rows decides.
+# A class with softcap or sinks (issue 14) takes two more, after pack_rows: sinks ((H_q,) float32,
 # None for a class without sinks) and softcap (a float, ignored by a class without softcap). The
 # other classes' functions (and compiled objects) are unchanged.
 COMPILED_ARGS_EXT = COMPILED_ARGS + ("sinks", "softcap")
@@ -248,7 +250,7 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
         q, k, v, out, lse, cu_q, cu_k, su_q, su_k,
         Int32(0), Int32(0), Int32(1), Int32(1), Int32(0), Float32(1.0),
         Int32(-1), Int32(-1), Int32(1),
-        Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2), Int32(1), counter, page_table, Int32(1),
+        Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2), Int32(1), counter, page_table, Int32(1), Int32(0),
     )  # fmt: skip
     if extended(layout_class):
         # (H_q,) float32 sinks: the same extent as q's heads (TVM-FFI checks it).
@@ -366,6 +368,7 @@ def launch_forward(
     num_splits: int = 1,
     fresh_outputs: bool = False,
     split_compiled=None,
+    pack_rows=None,
 ):
     """Launch `compiled` on torch's current stream. The caller has checked everything.
 
@@ -404,6 +407,10 @@ def launch_forward(
     (split_kv.lse_sibling: the same class with lse=True, with the same arguments), which runs the
     split launches (its workspace LSE is merged and dropped; only out is written); None otherwise.
     Not used when num_splits is 1.
+    pack_rows: row packing of GQA groups (tile_scheduler.py) for a class that has it
+    (TileConfig.pack_rows): None lets `split_kv.choose_pack_rows` decide from host integers; True /
+    False force it on / off (tests, benchmarks; on means "where it applies": H_q > H_kv, no padded
+    LSE; a class without it ignores the flag).
     fresh_outputs: out and lse were made for this call, so the merge may write their rows outside
     every sequence too (O = 0, LSE = -inf there); False: only the sequences' rows are written, as
     without splits.
@@ -443,6 +450,11 @@ def launch_forward(
             page_table = page_table.as_strided(page_table.shape, (page_table.stride(0), 1))
         if cu_seqlens_k is None:  # lengths come from seqused_k; any (B + 1,) int32 fills the slot
             cu_seqlens_k = cu_seqlens_q
+    if pack_rows is None:  # the library's choice (a class without row packing ignores it)
+        from .split_kv import choose_pack_rows
+
+        h_kv = k.shape[2] if page_table is not None else k.shape[1]
+        pack_rows = choose_pack_rows(batch, q.shape[0], max_seqlen_q, q.shape[1], h_kv, 128, lse_s_max)
     lse_flat = None
     if lse is not None:
         span = 1 + sum((n - 1) * s for n, s in zip(lse.shape, lse.stride()) if n > 0)
@@ -462,6 +474,7 @@ def launch_forward(
         tile_counter(q),
         page_table,
         1,
+        1 if pack_rows else 0,
         *((sinks, float(softcap)) if extended else ()),
     )  # fmt: skip
     if num_splits == 1:

@@ -38,7 +38,7 @@ class MmaMainloops:
     def tile_mainloop(
         self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
         pipe_k, pipe_v, block_info, len_q: Int32, row0: Int32, wg_idx: Int32, mask_args, kv_state,
-        q_release=None,
+        q_release=None, row_mult=None,
     ):
         """One MMA warpgroup's key blocks of a tile: the mainloop over the blocks its own 64 rows
         see and, for the others, `mainloop_idle`, so that every warpgroup releases every K/V stage
@@ -53,6 +53,8 @@ class MmaMainloops:
         # keeps step: it releases each K/V stage and passes its turns, issuing no GEMM.
         wg_row_first = row0 + 64 * wg_idx
         wg_has_rows = wg_row_first < len_q
+        if const_expr(row_mult is not None):  # row packing's classes: len_q * row_mult packed rows
+            wg_has_rows = wg_row_first < len_q * row_mult
         if const_expr(self.wg_skip):
             # Per warpgroup: the tile's key blocks that none of its own rows sees (causal
             # and right windows: the last blocks, for the lower warpgroups of a diagonal
@@ -62,8 +64,18 @@ class MmaMainloops:
                 wg_max = n_block_min
                 wg_min = n_block_min
                 if wg_has_rows:
-                    wg_max = cutlass.max(block_info.n_block_max_rows(wg_row_first, 64), n_block_min)
-                    wg_min = cutlass.min(cutlass.max(block_info.n_block_min_rows(wg_row_first), n_block_min), wg_max)
+                    if const_expr(row_mult is None):
+                        wg_max = cutlass.max(block_info.n_block_max_rows(wg_row_first, 64), n_block_min)
+                        wg_min = cutlass.min(cutlass.max(block_info.n_block_min_rows(wg_row_first), n_block_min), wg_max)
+                    else:
+                        # The tokens of the warpgroup's first and last packed rows (row_mult 1: rows).
+                        tok_first = wg_row_first
+                        tok_last = cutlass.min(wg_row_first + 64, len_q * row_mult) - 1
+                        if row_mult != 1:
+                            tok_first = tok_first // row_mult
+                            tok_last = tok_last // row_mult
+                        wg_max = cutlass.max(block_info.n_block_max_last(tok_last), n_block_min)
+                        wg_min = cutlass.min(cutlass.max(block_info.n_block_min_rows(tok_first), n_block_min), wg_max)
                 if const_expr(q_release is not None):
                     if wg_max <= wg_min:  # no S GEMM of this warpgroup reads Q
                         q_release[0].consumer_release(q_release[1])
@@ -162,6 +174,7 @@ class MmaMainloops:
         """Mask (boundary blocks only), online softmax, P -> 16-bit A fragment, O rescale.
         masked=False: the caller knows no element of the block is masked (no mask code at all)."""
         tScS, row0, tile_n, has_left, has_right, len_k, off, left, right = mask_args[:9]
+        rows = mask_args[-1] if const_expr(self.pack_rows) else None  # forward.row_tokens
         if const_expr(self.softcap):
             # Issue 14: S -> tanh(S * softmax_scale / softcap) before the mask (the softmax's
             # scale is softcap * log2(e) for this class); PTX tanh.approx.f32, one per element.
@@ -170,7 +183,7 @@ class MmaMainloops:
                 acc_S[i] = cute.math.tanh(acc_S[i] * softcap_mult, approx=True)
         if const_expr(masked):
             if block_info.needs_mask(n_block):
-                apply_mask(acc_S, tScS, row0, n_block, tile_n, has_left, has_right, len_k, off, left, right)
+                apply_mask(acc_S, tScS, row0, n_block, tile_n, has_left, has_right, len_k, off, left, right, rows)
         row_scale = softmax.step(acc_S)
         if const_expr(rescale):
             tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))

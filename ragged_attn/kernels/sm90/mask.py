@@ -28,6 +28,7 @@ def apply_mask(
     off: Int32,
     left: Int32,
     right: Int32,
+    rows=None,  # row packing: this thread's rows' tokens (forward.row_tokens), used instead of row0 + row
 ):
     acc_mn = acc_rows_view(acc_S)
     coord_mn = acc_rows_view(tScS)
@@ -36,7 +37,7 @@ def apply_mask(
     col_thread = coord_mn[0, 0][1]
     col_base = n_block * tile_n + col_thread
     for r in cutlass.range_constexpr(cute.size(acc_mn, mode=[0])):
-        row = row0 + coord_mn[r, 0][0]
+        row = row0 + coord_mn[r, 0][0] if const_expr(rows is None) else rows[r]
         # Columns [col_lo, col_hi) of this row survive, relative to col_base.
         col_hi = len_k - col_base
         if const_expr(has_right):

@@ -49,14 +49,51 @@ SPLIT_LSE_LAYOUTS = ("token_major", "head_major")  # LSE layouts that are a (tot
 INT32_ROWS = 2**31 - 1
 
 
+def row_packed_tiles(batch: int, total_q: int, max_seqlen_q: int, h_q: int, h_kv: int, tile_m: int) -> int:
+    """The kernel's linear tile count without splits where the launch packs rows (forward.py
+    `tile_counts` with row_mult = g = H_q / H_kv; tile_scheduler.py): per-sequence slots or packed
+    by cu_seqlens_q, whichever is fewer, one unit per K/V head."""
+    g = h_q // h_kv
+    tiles_max = -(-g * max_seqlen_q // tile_m)
+    slots = g * total_q // tile_m + batch
+    return min(slots, tiles_max * batch) * h_kv
+
+
+@functools.lru_cache(maxsize=256)
+def choose_pack_rows(
+    batch: int, total_q: int, max_seqlen_q: int, h_q: int, h_kv: int, tile_m: int = 128, lse_s_max: int = 0
+) -> int:  # fmt: skip
+    """1 where a launch of a class with row packing (TileConfig.pack_rows) should pack rows, else 0,
+    from host integers only (no device read): GQA (H_q > H_kv), no padded LSE, g * total_q and
+    g * max_seqlen_q below 2**31 (the kernel's packed rows are int32), and the row-packed tiles at
+    most (1 - 1/10) of the unpacked ones (PACK_MIN_SAVING, as for block packing): decode rows and
+    short chunks pack (one tile per K/V head instead of one per query head), long prefill rows do not
+    (the same tiles, with Q gathered and O stored row by row). Unmeasured thresholds (2026-12-03).
+    Cached (a call's integers repeat from step to step)."""
+    from .tile_scheduler import PACK_MIN_SAVING  # the DSL, imported on first use
+
+    if h_kv <= 0 or h_q <= h_kv or h_q % h_kv or lse_s_max != 0 or batch <= 0 or total_q <= 0:
+        return 0
+    g = h_q // h_kv
+    if g * max(total_q, max_seqlen_q) >= INT32_ROWS:
+        return 0
+    unpacked = unsplit_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m, False)
+    keep, of = PACK_MIN_SAVING
+    return int(row_packed_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m) * of <= unpacked * (of - keep))
+
+
 def unsplit_tiles(
-    batch: int, total_q: int, max_seqlen_q: int, h_q: int, h_kv: int, tile_m: int, pack_gqa: bool
+    batch: int, total_q: int, max_seqlen_q: int, h_q: int, h_kv: int, tile_m: int, pack_gqa: bool,
+    pack_rows: int = 0,
 ) -> int:  # fmt: skip
     """The kernel's linear tile count without splits (forward.py `tile_counts`, token-row LSE:
     lse_s_max 0), from host integers: per-sequence slots or packed by cu_seqlens_q, whichever is
-    fewer; with GQA packing where the class packs and it saves PACK_MIN_SAVING of the tiles."""
+    fewer; with GQA packing where the class packs and it saves PACK_MIN_SAVING of the tiles; with
+    row packing (pack_rows: the launch packs rows, `choose_pack_rows`) `row_packed_tiles`."""
     from .tile_scheduler import PACK_MIN_SAVING, ROW_BLOCK, slot_slack  # the DSL, imported on first use
 
+    if pack_rows and h_kv > 0 and h_q > h_kv:
+        return row_packed_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m)
     num_wg = tile_m // ROW_BLOCK
 
     def count(pack_r: int) -> int:
@@ -101,16 +138,19 @@ def wave_split_count(tiles: int, key_blocks: int, sm_count: int, max_splits: int
 @functools.lru_cache(maxsize=256)
 def choose_num_splits(
     batch: int, total_q: int, max_seqlen_q: int, max_seqlen_k, h_q: int, h_kv: int, sm_count: int,
-    tile_m: int, tile_n: int, pack_gqa: bool = False,
+    tile_m: int, tile_n: int, pack_gqa: bool = False, pack_rows: bool = False,
 ) -> int:  # fmt: skip
     """Split-KV splits for one launch of a class that may split (`split_allowed`), from host
     integers only (no device read: CUDA-graph capturable): `wave_split_count` over the kernel's
     unsplit tile count (`unsplit_tiles`) and the key blocks of the longest key range
-    (ceil(max_seqlen_k / tile_n)), capped by MAX_SPLITS and `max_splits_for_rows`. max_seqlen_k None
+    (ceil(max_seqlen_k / tile_n)), capped by MAX_SPLITS and `max_splits_for_rows`. pack_rows: the
+    class packs rows (TileConfig.pack_rows): the tiles are then those of `choose_pack_rows`' choice
+    for the launch. max_seqlen_k None
     (the call did not say): 1. Cached (a call's integers repeat from step to step)."""
     if max_seqlen_k is None or batch <= 0 or total_q <= 0 or max_seqlen_q <= 0 or h_kv <= 0:
         return 1
-    tiles = unsplit_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m, pack_gqa)
+    rows = choose_pack_rows(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m) if pack_rows else 0
+    tiles = unsplit_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m, pack_gqa, rows)
     key_blocks = -(-max_seqlen_k // tile_n)
     cap = min(MAX_SPLITS, max_splits_for_rows(total_q))
     return wave_split_count(tiles, key_blocks, sm_count, cap)

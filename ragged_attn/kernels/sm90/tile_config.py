@@ -74,6 +74,13 @@ class TileConfig:
     # of this many keys (one page each) where the page size is a multiple of it (paged_kv.py); off,
     # or other page sizes: the cp.async gather of the whole producer warpgroup.
     page_tma: int = 0
+    # Row packing (tile_scheduler.py: FlashAttention 3's PackGQA at row granularity): where the launch
+    # asks for it (run-time `pack_rows`, launch.py) a unit is one K/V head of a sequence and its
+    # g = H_q / H_kv query heads' rows are packed token-major into the tile's rows (decode rows: g
+    # rows of one block share every K/V load). Q then arrives by a cp.async row gather, O by
+    # per-row stores. Trace time only so that classes without it keep their code; the run-time
+    # switch picks it per launch. Needs wg_epilogue and wg_skip; not with pack_gqa or sinks.
+    pack_rows: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -285,8 +292,11 @@ def _tiles(layout_class) -> TileConfig:
         return TileConfig(128, 128, 3, pingpong=False, overlap=True)
     if d_qk <= 128:
         # q_first: measured twice (session 7), +0.3..+2.1% on every d128 row but 64 x 128 (+-0.8%);
-        # paged (session 8) +1.5% with the whole-block gather.
-        return TileConfig(128, 128, 2, pingpong=True, overlap=True, q_first=True)
+        # paged (session 8) +1.5% with the whole-block gather. pack_rows (run-time row packing for
+        # decode rows and short chunks, vLLM's mixed batches): unmeasured (2026-12-03).
+        return TileConfig(
+            128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=not getattr(layout_class, "sinks", False)
+        )
     if d_qk <= 192:
         return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True)
     return TileConfig(128, 80, 2, pingpong=False, overlap=True)
