@@ -104,21 +104,13 @@ def store_tile(
     cute.copy(smem_copy, smem_copy.retile(rO), smem_copy.partition_D(sO))
 
     rows_left = seqlen.len_q - row0  # may be <= 0 for a warpgroup whose item lies past len_q
-    packing = Int32(0)  # 1: this launch packs rows (row_mult > 1)
     if const_expr(row_mult is not None):
         rows_left = seqlen.len_q * row_mult - row0  # packed rows
-        packing = Int32(row_mult != 1)
     if const_expr(has_lse and row_mult is not None):
-        if packing != 0:
-            store_lse_packed(
-                lse2, tiled_mma_pv, mLSE, seqlen, tidx, row0, head_idx, batch_idx, row_mult, rows_left,
-                lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, tile_m, d_v,
-            )  # fmt: skip
-        else:
-            store_lse(
-                lse2, tiled_mma_pv, mLSE, seqlen, tidx, row0, head_idx, batch_idx, rows_left, lse_s_max,
-                lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, tile_m, d_v,
-            )  # fmt: skip
+        store_lse_packed(
+            lse2, tiled_mma_pv, mLSE, seqlen, tidx, row0, head_idx, batch_idx, row_mult, rows_left,
+            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, tile_m, d_v,
+        )  # fmt: skip
     elif const_expr(has_lse):
         cO = cute.make_identity_tensor((tile_m, d_v))
         tOcO = acc_rows_view(tiled_mma_pv.get_slice(tidx).partition_C(cO))
@@ -149,11 +141,13 @@ def store_tile(
     # With O in Q's buffer every warp releases Q once it has read its O rows back (the producer may
     # then load the next tile's Q into the buffer).
     release_q = pipe_q if const_expr(o_aliases_q) else None
-    if const_expr(use_tma):
-        whole = rows_left - part * rows >= rows  # the whole block lies below len_q
-        if const_expr(row_mult is not None):
-            whole = whole & (packing == 0)  # row packing: rows of several tokens and heads
-        if whole:
+    if const_expr(use_tma and row_mult is not None):  # row packing: rows of several tokens and heads
+        store_rows(
+            gmem_tiled_copy_O, sO, mO, seqlen, tidx, row0, head_idx, rows_left, part, rows, tile_m, d_v,
+            out_dtype, s_part=s_part, turn_pass=turn_pass, row_mult=row_mult,
+        )  # fmt: skip
+    elif const_expr(use_tma):
+        if rows_left - part * rows >= rows:  # the whole block lies below len_q
             if tidx % 128 < 32:
                 gO_tma = cute.local_tile(
                     cute.domain_offset((seqlen.offset_o, 0), tma_O[None, None, head_idx]),
@@ -277,29 +271,22 @@ def store_rows(
                     gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None], pred=tOpO[None, rm, None]
                 )
     else:
-        if row_mult == 1:
-            for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
-                if tOcO_g[0, rm, 0][0] < rows_left:
-                    cute.copy(
-                        gmem_tiled_copy_O, tOrO[None, rm, None], tOgO[None, rm, None], pred=tOpO[None, rm, None]
-                    )
-        else:
-            # Row packing: each row's own (token, query head) address (store_tile's row_mult).
-            first = row0 + part * rows  # the packed row of this block's row 0
-            for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
-                row_in = tOcO_g[0, rm, 0][0]
-                if row_in < rows_left:
-                    m = first + row_in
-                    tok = m // row_mult
-                    head = head_idx * row_mult + (m - tok * row_mult)
-                    row_ptr = mO.iterator + cute.crd2idx((seqlen.offset_o + tok, head, 0), mO.layout)
-                    ptr = cute.make_ptr(out_dtype, row_ptr.toint(), cute.AddressSpace.gmem, assumed_align=16)
-                    # Every row of this view is the one row: partition_D's row rm is it.
-                    gO_row = cute.make_tensor(ptr, cute.make_layout((rows, d_v), stride=(0, 1)))
-                    tOgO_row = gmem_copy.partition_D(gO_row)
-                    cute.copy(
-                        gmem_tiled_copy_O, tOrO[None, rm, None], tOgO_row[None, rm, None], pred=tOpO[None, rm, None]
-                    )
+        # Row packing: each row's own (token, query head) address (store_tile's row_mult).
+        first = row0 + part * rows  # the packed row of this block's row 0
+        for rm in cutlass.range_constexpr(cute.size(tOrO.shape[1])):
+            row_in = tOcO_g[0, rm, 0][0]
+            if row_in < rows_left:
+                m = first + row_in
+                tok = m // row_mult
+                head = head_idx * row_mult + (m - tok * row_mult)
+                row_ptr = mO.iterator + cute.crd2idx((seqlen.offset_o + tok, head, 0), mO.layout)
+                ptr = cute.make_ptr(out_dtype, row_ptr.toint(), cute.AddressSpace.gmem, assumed_align=16)
+                # Every row of this view is the one row: partition_D's row rm is it.
+                gO_row = cute.make_tensor(ptr, cute.make_layout((rows, d_v), stride=(0, 1)))
+                tOgO_row = gmem_copy.partition_D(gO_row)
+                cute.copy(
+                    gmem_tiled_copy_O, tOrO[None, rm, None], tOgO_row[None, rm, None], pred=tOpO[None, rm, None]
+                )
 
 
 @cute.jit

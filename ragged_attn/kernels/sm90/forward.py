@@ -1408,13 +1408,40 @@ class RaggedForwardSm90(MmaMainloops):
         self, run_args, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
         q_state, kv_state, item=None,
     ):  # fmt: skip
+        """One tile with query rows on the MMA warpgroups (`mma_tile_as`). A class with row packing
+        traces the tile twice, behind a run-time test of the launch's row_mult: the unpacked copy is
+        the class's code without row packing (its interior loop's SASS, instruction for instruction:
+        row tokens and the warpgroups' token ranges live through the tile moved ptxas's P V wait 40
+        instructions into the softmax), the packed copy masks, skips and stores by row tokens."""
+        row_mult = run_args[11]
+        if const_expr(self.pack_rows):
+            if row_mult != 1:
+                q_state, kv_state = self.mma_tile_as(
+                    run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item, row_mult
+                )  # fmt: skip
+            else:
+                q_state, kv_state = self.mma_tile_as(
+                    run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item, None
+                )  # fmt: skip
+        else:
+            q_state, kv_state = self.mma_tile_as(
+                run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item, None
+            )  # fmt: skip
+        return q_state, kv_state
+
+    @cute.jit
+    def mma_tile_as(
+        self, run_args, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
+        q_state, kv_state, item, row_mult,
+    ):  # fmt: skip
         """One tile with query rows on the MMA warpgroups: wait for Q, run the key blocks, release
         Q (after the mainloop, or after the epilogue has read O back when O's buffer is Q's), then
         the epilogue. Each warpgroup computes its own item (a row block of one query head,
-        tile_scheduler.tile_item; `item`, as handed over, where the class hands it over). Returns
-        (q_state, kv_state)."""
-        tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, pack_r, row_mult = (
-            run_args[:12]
+        tile_scheduler.tile_item; `item`, as handed over, where the class hands it over). row_mult:
+        None, or (row packing, > 1) the packed rows per token: then row0 counts packed rows and
+        head_idx is the unit's K/V head. Returns (q_state, kv_state)."""
+        tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, pack_r = (
+            run_args[:11]
         )  # fmt: skip
         mSinks, softcap_mult = None, None
         if const_expr(self.softcap or self.sinks):
@@ -1433,22 +1460,20 @@ class RaggedForwardSm90(MmaMainloops):
         softmax.reset()
         acc_O.fill(0.0)
         pipe_q.consumer_wait(q_state)
-        if const_expr(self.pack_rows):
-            if row_mult != 1:
-                cute.arch.fence_view_async_shared()  # the Q rows came by cp.async (generic proxy)
+        if const_expr(row_mult is not None):
+            cute.arch.fence_view_async_shared()  # the Q rows came by cp.async (generic proxy)
         mask_args = (
             tScS, row0, self.tile_n, self.has_left, self.has_right,
             seqlen.len_k, block_info.off, block_info.left, block_info.right,
         )  # fmt: skip
         if const_expr(self.softcap):
             mask_args = mask_args + (softcap_mult,)
-        if const_expr(self.pack_rows):
+        if const_expr(row_mult is not None):
             mask_args = mask_args + (self.row_tokens(tScS, row0, row_mult),)
         q_release = (pipe_q, q_state) if const_expr(self.early_q_release) else None
         kv_state = self.tile_mainloop(
             tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-            pipe_k, pipe_v, block_info, seqlen.len_q, row0, wg_idx, mask_args, kv_state, q_release,
-            row_mult if const_expr(self.pack_rows) else None,
+            pipe_k, pipe_v, block_info, seqlen.len_q, row0, wg_idx, mask_args, kv_state, q_release, row_mult,
         )  # fmt: skip
         if const_expr(not self.o_aliases_q and not self.early_q_release):
             pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done
@@ -1462,22 +1487,18 @@ class RaggedForwardSm90(MmaMainloops):
             row0, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
             self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
             self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE, o_tma, o_turn,
-            row_mult if const_expr(self.pack_rows) else None,
+            row_mult,
         )  # fmt: skip
         q_state.advance()
         return q_state, kv_state
 
     @cute.jit
     def row_tokens(self, tScS: cute.Tensor, row0: Int32, row_mult: Int32):
-        """The tokens of this thread's rows of the S accumulator (row packing: packed row m is
-        token m // row_mult; without it row_mult is 1 and the token is the row): one division
-        per owned row per tile, for the mask (mask.apply_mask's `rows`)."""
+        """The tokens of this thread's rows of the S accumulator under row packing (packed row m
+        is token m // row_mult): one division per owned row per tile, for the mask
+        (mask.apply_mask's `rows`)."""
         coord_mn = acc_rows_view(tScS)
         toks = ()
         for r in cutlass.range_constexpr(cute.size(coord_mn, mode=[0])):
-            row = row0 + coord_mn[r, 0][0]
-            tok = row
-            if row_mult != 1:
-                tok = row // row_mult
-            toks = toks + (tok,)
+            toks = toks + ((row0 + coord_mn[r, 0][0]) // row_mult,)
         return toks

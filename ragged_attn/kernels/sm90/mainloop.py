@@ -53,7 +53,7 @@ class MmaMainloops:
         # keeps step: it releases each K/V stage and passes its turns, issuing no GEMM.
         wg_row_first = row0 + 64 * wg_idx
         wg_has_rows = wg_row_first < len_q
-        if const_expr(row_mult is not None):  # row packing's classes: len_q * row_mult packed rows
+        if const_expr(row_mult is not None):  # row packing: len_q * row_mult packed rows
             wg_has_rows = wg_row_first < len_q * row_mult
         if const_expr(self.wg_skip):
             # Per warpgroup: the tile's key blocks that none of its own rows sees (causal
@@ -68,12 +68,9 @@ class MmaMainloops:
                         wg_max = cutlass.max(block_info.n_block_max_rows(wg_row_first, 64), n_block_min)
                         wg_min = cutlass.min(cutlass.max(block_info.n_block_min_rows(wg_row_first), n_block_min), wg_max)
                     else:
-                        # The tokens of the warpgroup's first and last packed rows (row_mult 1: rows).
-                        tok_first = wg_row_first
-                        tok_last = cutlass.min(wg_row_first + 64, len_q * row_mult) - 1
-                        if row_mult != 1:
-                            tok_first = tok_first // row_mult
-                            tok_last = tok_last // row_mult
+                        # The tokens of the warpgroup's first and last packed rows.
+                        tok_first = wg_row_first // row_mult
+                        tok_last = (cutlass.min(wg_row_first + 64, len_q * row_mult) - 1) // row_mult
                         wg_max = cutlass.max(block_info.n_block_max_last(tok_last), n_block_min)
                         wg_min = cutlass.min(cutlass.max(block_info.n_block_min_rows(tok_first), n_block_min), wg_max)
                 if const_expr(q_release is not None):
@@ -174,7 +171,9 @@ class MmaMainloops:
         """Mask (boundary blocks only), online softmax, P -> 16-bit A fragment, O rescale.
         masked=False: the caller knows no element of the block is masked (no mask code at all)."""
         tScS, row0, tile_n, has_left, has_right, len_k, off, left, right = mask_args[:9]
-        rows = mask_args[-1] if const_expr(self.pack_rows) else None  # forward.row_tokens
+        # Row packing's tiles: the rows' tokens (forward.row_tokens) after the numbers (and the cap).
+        n_args = 10 if const_expr(self.softcap) else 9
+        rows = mask_args[n_args] if const_expr(len(mask_args) > n_args) else None
         if const_expr(self.softcap):
             # Issue 14: S -> tanh(S * softmax_scale / softcap) before the mask (the softmax's
             # scale is softcap * log2(e) for this class); PTX tanh.approx.f32, one per element.
