@@ -221,8 +221,27 @@ def launch_cute(layout_class: LayoutClass, problem: Problem, t: Tensors) -> tupl
     sm90.launch_forward(
         compiled, **kernel_arguments(problem, t, out, lse), num_splits=splits,
         fresh_outputs=t.out is None and t.lse is None, split_compiled=split_compiled,
+        pack_rows=pack_rows_for(layout_class, problem),
     )  # fmt: skip
     return out, lse
+
+
+def pack_rows_for(layout_class: LayoutClass, problem: Problem) -> bool:
+    """Whether a launch of `layout_class` packs GQA rows (kernels/sm90/tile_scheduler.py): the
+    class has TileConfig.pack_rows and `split_kv.choose_pack_rows` takes it for the call's host
+    integers with the class's tile_m (the kernel ignores the flag elsewhere). No device read."""
+    from .kernels.sm90 import split_kv
+    from .kernels.sm90.tile_config import tile_config
+
+    cfg = tile_config(layout_class)
+    if not cfg.pack_rows:
+        return False
+    max_q = problem.max_seqlen_q if problem.max_seqlen_q is not None else problem.total_q
+    return bool(
+        split_kv.choose_pack_rows(
+            problem.batch, problem.total_q, max_q, problem.h_q, problem.h_kv, cfg.tile_m, problem.lse_s_max
+        )
+    )
 
 
 def split_kv_sibling(layout_class: LayoutClass) -> LayoutClass:

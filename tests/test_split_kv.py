@@ -168,10 +168,10 @@ def test_which_classes_split():
     assert split_allowed(soft, "head_major") and lse_sibling(soft).softcap and lse_sibling(soft).lse
 
 
-def test_num_splits_is_the_last_plain_argument():
+def test_num_splits_and_pack_rows_are_the_last_plain_arguments():
     from ragged_attn import fast_launch
 
-    assert COMPILED_ARGS[-1] == "num_splits" and fast_launch._ARG_ORDER[-1] == "num_splits"
+    assert COMPILED_ARGS[-2:] == ("num_splits", "pack_rows") and fast_launch._ARG_ORDER[-2:] == ("num_splits", "pack_rows")
 
 
 # ----------------------------------------------------------------------------- the launch path
@@ -367,7 +367,8 @@ def test_fast_path_splits_decode_rows_and_merges(monkeypatch):
     model = SplitKernelModel(causal=True)
     bound = BoundKernel(model, problem)
     monkeypatch.setattr(bound, "_num_ctas", 132)
-    want = choose_num_splits(2, 3, 1, 1500, hq, hkv, 132, *bound._split[:3])
+    # The class packs rows (d128: TileConfig.pack_rows): the split count is over the packed tiles.
+    want = choose_num_splits(2, 3, 1, 1500, hq, hkv, 132, *bound._split[:3], bound._split[6])
     assert want > 1
     from ragged_attn.reference import attention_reference
 
@@ -600,7 +601,7 @@ def test_fast_path_nolse_splits_through_the_cached_sibling(monkeypatch):
     monkeypatch.setattr(bound, "_num_ctas", 132)
     monkeypatch.setattr(bound, "_split_rows", bound._split[4] * 132)
     hq, hkv = 8, 2
-    want = split_kv.choose_num_splits(2, 3, 1, 1500, hq, hkv, 132, *bound._split[:3])
+    want = split_kv.choose_num_splits(2, 3, 1, 1500, hq, hkv, 132, *bound._split[:3], bound._split[6])
     assert want > 1
     caller_out = torch.full((3, hq, 128), math.nan, dtype=torch.bfloat16)
     for out in (None, caller_out):

@@ -152,7 +152,7 @@ def run_case(c: dict, lc_cache=None):
             seqused_q=su_q, seqused_k=su_k, batch=B, max_seqlen_q=max_seqlen_q, lse_s_max=s_max,
             softmax_scale=scale, window_left=left, window_right=right,
             bottom_right=c.get("bottom_right", True), lse_strides=strides, lse_base_is_log2=log2_base,
-            num_splits=c.get("num_splits", 1),
+            num_splits=c.get("num_splits", 1), pack_rows=c.get("pack_rows"),
         )
     finally:
         torch.cuda.set_sync_debug_mode("default")

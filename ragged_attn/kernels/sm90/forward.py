@@ -182,7 +182,7 @@ class RaggedForwardSm90(MmaMainloops):
         self.pack_gqa = config.pack_gqa and self.wg_epilogue and self.wg_skip
         # Row packing (tile_scheduler.py; run-time per launch, `row_mult`): each warpgroup stores
         # its own rows (wg_epilogue) and masks with its own rows' tokens (wg_skip).
-        self.pack_rows = config.pack_rows and self.wg_epilogue and self.wg_skip and not self.pack_gqa and not sinks
+        self.pack_rows = config.pack_rows and self.wg_epilogue and self.wg_skip and not sinks
         self.q_stages = config.q_stages
         # O staged 64 rows at a time, the warpgroups taking the buffer in turns (tile_config.py).
         self.o_turns = config.o_turns and self.wg_epilogue
@@ -419,8 +419,10 @@ class RaggedForwardSm90(MmaMainloops):
         if const_expr(self.pack_rows):
             # Row packing where the launch asks for it (launch.py chooses) and it means something.
             ratio_r = num_heads // num_heads_kv
-            if pack_rows != 0 and ratio_r > 1 and lse_s_max == 0:
+            rows_max = Int64(cutlass.max(total_q, max_seqlen_q))
+            if pack_rows != 0 and ratio_r > 1 and lse_s_max == 0 and Int64(ratio_r) * rows_max < Int64(2**31 - 1):
                 row_mult = ratio_r
+                pack_r = Int32(1)  # rows, not blocks, of the group's query heads
                 tiles_max, packed, num_tiles = self.tile_counts(
                     1, num_heads, total_q, batch, max_seqlen_q, lse_s_max, num_splits, row_mult
                 )  # fmt: skip
@@ -998,7 +1000,7 @@ class RaggedForwardSm90(MmaMainloops):
         len_q arrive too (the next sequence's, or zeros past the tensor): nothing stores them."""
         tma_Q, tma_Qw, tma_atom_Qw, mQ = q_tma
         if const_expr(self.pack_rows):
-            self.load_q_rows_or_tile(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, row_mult)
+            self.load_q_rows_or_tile(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, row_mult, pack_r, items)
         elif const_expr(self.pack_gqa):
             pipe_q.producer_acquire(q_state)
             if pack_r != 1:
@@ -1010,7 +1012,10 @@ class RaggedForwardSm90(MmaMainloops):
             self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
 
     @cute.jit
-    def load_q_rows_or_tile(self, q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, unit: Int32, row_mult: Int32):
+    def load_q_rows_or_tile(
+        self, q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, unit: Int32, row_mult: Int32,
+        pack_r: Int32, items,
+    ):  # fmt: skip
         """Q of a tile of a pack_rows class (the whole producer warp 0; the Q stage's full barrier
         counts its 32 lanes): row packing (row_mult > 1) gathers the tile's packed rows that exist
         (`gather_q_rows`), each lane arriving through cp.async.mbarrier.arrive.noinc once its
@@ -1028,7 +1033,13 @@ class RaggedForwardSm90(MmaMainloops):
             if lane == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(bar, self.bytes_q)
             cute.arch.sync_warp()
-            self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
+            if const_expr(self.pack_gqa):
+                if pack_r != 1:
+                    self.load_q_items(tma_Qw, sQ, tma_atom_Qw, pipe_q, q_state, seqlen, items)
+                else:
+                    self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
+            else:
+                self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
             if lane == 1:
                 cute.arch.mbarrier_arrive(bar, arrive_count=31)
 
@@ -1044,36 +1055,39 @@ class RaggedForwardSm90(MmaMainloops):
         elem_bytes = self.dtype.width // 8
         chunks = self.d_qk // elems
         tpr = next(t for t in (8, 4, 2, 1) if chunks % t == 0)
+        rows_per_pass = 32 // tpr
+        assert self.tile_m % rows_per_pass == 0
         atom = cute.make_copy_atom(
             cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.dtype, num_bits_per_copy=128
         )
-        thr_layout = cute.make_ordered_layout((32 // tpr, tpr), order=(1, 0))
+        thr_layout = cute.make_ordered_layout((rows_per_pass, tpr), order=(1, 0))
         tiled_copy = cute.make_tiled_copy_tv(atom, thr_layout, cute.make_layout((1, elems)))
-        lane = cute.arch.lane_idx()
-        thr_copy = tiled_copy.get_slice(lane)
-        tXsX = thr_copy.partition_D(sQ_stage)
-        tXcX = thr_copy.partition_S(cute.make_identity_tensor((self.tile_m, self.d_qk)))
+        thr_copy = tiled_copy.get_slice(cute.arch.lane_idx())
+        # This lane's row of a pass and its columns (the same in every pass).
+        tXcX = thr_copy.partition_S(cute.make_identity_tensor((rows_per_pass, self.d_qk)))
+        row_in_pass = tXcX[0, 0, 0][0]
         d_real = cute.size(mQ.shape[2])
         first = tile * self.tile_m
         rows_here = cutlass.min(seqlen.len_q * g - first, self.tile_m)
-        rows_per_pass = 32 // tpr
-        for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
-            if m * rows_per_pass < rows_here:  # a pass with a row that exists (uniform per warp)
-                row_in_tile = tXcX[0, m, 0][0]
-                exists = row_in_tile < rows_here
-                p = first + cutlass.min(row_in_tile, rows_here - 1)  # an existing row's address
-                tok = p // g
-                head = unit * g + (p - tok * g)
-                row_addr = (mQ.iterator + cute.crd2idx((seqlen.offset_q + tok, head, 0), mQ.layout)).toint()
-                for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
-                    col = tXcX[0, m, k][1]
-                    src_ptr = cute.make_ptr(
-                        self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
-                    )
-                    src = cute.make_tensor(src_ptr, tXsX[None, m, k].layout)
-                    pred = cute.make_fragment_like(tXsX[(0, None), m, k], cutlass.Boolean)
-                    pred.fill(exists & (col < d_real))
-                    cute.copy(tiled_copy, src, tXsX[None, m, k], pred=pred)
+        # Passes of rows_per_pass rows while a row of the pass exists (a run-time loop: the
+        # producer warp's 24-32 registers hold one pass's addresses).
+        for m in cutlass.range((rows_here + rows_per_pass - 1) // rows_per_pass, unroll=1):
+            tXsX = thr_copy.partition_D(cute.local_tile(sQ_stage, (rows_per_pass, self.d_qk), (m, 0)))
+            row_in_tile = m * rows_per_pass + row_in_pass
+            exists = row_in_tile < rows_here
+            p = first + cutlass.min(row_in_tile, rows_here - 1)  # an existing row's address
+            tok = p // g
+            head = unit * g + (p - tok * g)
+            row_addr = (mQ.iterator + cute.crd2idx((seqlen.offset_q + tok, head, 0), mQ.layout)).toint()
+            for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
+                col = tXcX[0, 0, k][1]
+                src_ptr = cute.make_ptr(
+                    self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
+                )
+                src = cute.make_tensor(src_ptr, tXsX[None, 0, k].layout)
+                pred = cute.make_fragment_like(tXsX[(0, None), 0, k], cutlass.Boolean)
+                pred.fill(exists & (col < d_real))
+                cute.copy(tiled_copy, src, tXsX[None, 0, k], pred=pred)
 
     @cute.jit
     def load_q_tile(self, tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, head_idx: Int32):

@@ -79,7 +79,9 @@ class TileConfig:
     # g = H_q / H_kv query heads' rows are packed token-major into the tile's rows (decode rows: g
     # rows of one block share every K/V load). Q then arrives by a cp.async row gather, O by
     # per-row stores. Trace time only so that classes without it keep their code; the run-time
-    # switch picks it per launch. Needs wg_epilogue and wg_skip; not with pack_gqa or sinks.
+    # switch picks it per launch (a launch packs blocks, pack_gqa, or rows, never both). Needs
+    # wg_epilogue and wg_skip; never with sinks (a sink is per query head). On for d128 (ragged and
+    # paged) and the d64 192-row class; unmeasured (2026-12-03).
     pack_rows: bool = False
 
     def __post_init__(self) -> None:
@@ -285,7 +287,8 @@ def _tiles(layout_class) -> TileConfig:
     # d <= 96: three K/V stages fit beside two Q buffers and O, and the warpgroups issue GEMMs
     # without ping-pong turns (measured 2026-12-02, session 3, in the docstring above).
     if layout_class.kv == "ragged" and (d_qk <= 32 or (d_qk <= 64 and layout_class.mask != "window")):
-        return TileConfig(192, 128, 3, pingpong=False, overlap=True, pack_gqa=True)
+        # pack_rows: d64 only (d32 untested); sinks classes never (forward.py).
+        return TileConfig(192, 128, 3, pingpong=False, overlap=True, pack_gqa=True, pack_rows=d_qk > 32)
     if d_qk <= 32:
         return TileConfig(128, 192, 3, pingpong=False, overlap=True)
     if d_qk <= 96:
