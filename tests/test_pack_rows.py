@@ -1,0 +1,117 @@
+"""Row packing on the CPU (kernels/sm90/tile_scheduler.py "Row packing", split_kv.choose_pack_rows):
+the library's choice from host integers, its tile count against the scheduler's twin, the split
+count over packed tiles, and that every launch path passes the flag in COMPILED_ARGS' place (a
+Python stand-in records the arguments). tests/test_tile_schedule.py checks the packed order's
+cover; tests/gpu/test_pack_rows_gpu.py runs the kernel."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("cutlass")
+
+from ragged_attn.kernels.sm90 import COMPILED_ARGS, launch, launch_forward  # noqa: E402
+from ragged_attn.kernels.sm90.split_kv import (  # noqa: E402
+    choose_num_splits,
+    choose_pack_rows,
+    row_packed_tiles,
+    unsplit_tiles,
+)
+from ragged_attn.kernels.sm90.tile_config import tile_config  # noqa: E402
+from ragged_attn.kernels.sm90.tile_scheduler import launch_schedule_ref  # noqa: E402
+from ragged_attn.layout_class import LayoutClass  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "batch, total_q, max_q, hq, hkv, packs",
+    [
+        (64, 64, 1, 32, 8, 1),  # decode rows: one tile per (row, K/V head) instead of per query head
+        (4, 4 * 7, 7, 32, 8, 1),  # spec-decode
+        (68, 4 * 512 + 64, 512, 32, 8, 1),  # vLLM's mixed batch: the decode rows dominate the tiles
+        (2, 2 * 8192, 8192, 64, 8, 0),  # long prefill: the same tiles, nothing to gain
+        (4, 4 * 128, 128, 32, 8, 0),  # 128-query sequences fill 128-row tiles already
+        (8, 8, 1, 8, 8, 0),  # MHA: nothing to pack
+        (8, 8, 1, 12, 8, 0),  # H_q not a multiple of H_kv (checked elsewhere): never
+        (1, 2**28, 2**28, 64, 8, 0),  # g * rows would pass 2**31
+    ],
+)
+def test_choose_pack_rows(batch, total_q, max_q, hq, hkv, packs):
+    assert choose_pack_rows(batch, total_q, max_q, hq, hkv, 128) == packs
+
+
+def test_no_row_packing_with_a_padded_lse():
+    assert choose_pack_rows(64, 64, 1, 32, 8, 128, lse_s_max=1) == 0
+
+
+@pytest.mark.parametrize("tile_m", [128, 192])
+@pytest.mark.parametrize("seed", range(8))
+def test_packed_tile_count_is_the_schedulers(seed, tile_m):
+    rng = random.Random(seed)
+    hkv, g = rng.choice([1, 2, 8]), rng.choice([2, 3, 4, 5, 7, 8, 16])
+    lens = [rng.choice([0, 1, 1, 2, 17, 64, 65, rng.randrange(0, 500)]) for _ in range(rng.choice([1, 3, 9, 40]))]
+    if not any(lens):
+        lens[0] = 1
+    *_, tiles = launch_schedule_ref(lens, lens, hkv * g, hkv, tile_m, False, pack_rows=True)
+    assert row_packed_tiles(len(lens), sum(lens), max(lens), hkv * g, hkv, tile_m) == tiles
+    assert unsplit_tiles(len(lens), sum(lens), max(lens), hkv * g, hkv, tile_m, False, 1) == tiles
+
+
+def test_splits_count_the_packed_tiles():
+    # 8 decode rows, 32/8 heads: 256 unpacked tiles fill 132 SMs (no split); packed, 64 tiles split.
+    assert choose_num_splits(8, 8, 1, 8192, 32, 8, 132, 128, 128) == 1
+    assert choose_num_splits(8, 8, 1, 8192, 32, 8, 132, 128, 128, False, True) > 1
+
+
+def test_the_classes_that_pack_rows():
+    def cfg(d, mask="causal", kv="ragged", sinks=False):
+        return tile_config(LayoutClass("sm_90a", d, d, "bf16", "bf16", mask, True, kv, sinks=sinks))
+
+    assert cfg(128).pack_rows and cfg(128, kv="paged").pack_rows and cfg(128, "window").pack_rows
+    assert cfg(64).pack_rows and cfg(64).pack_gqa  # a launch packs blocks or rows
+    assert not cfg(128, sinks=True).pack_rows and not cfg(64, kv="paged").pack_rows
+    assert not any(cfg(d).pack_rows for d in (32, 96, 256))
+
+
+class Recorder:
+    """A stand-in for a compiled class: records each call's arguments by name."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args):
+        self.calls.append(dict(zip(COMPILED_ARGS, args)))
+
+
+def _decode_problem(hq=32, hkv=8, d=128, batch=4):
+    q = torch.randn(batch, hq, d).to(torch.bfloat16)
+    k = torch.randn(batch * 300, hkv, d).to(torch.bfloat16)
+    v = torch.randn(batch * 300, hkv, d).to(torch.bfloat16)
+    cu_q = torch.arange(batch + 1, dtype=torch.int32)
+    cu_k = torch.arange(batch + 1, dtype=torch.int32) * 300
+    return q, k, v, cu_q, cu_k
+
+
+@pytest.mark.parametrize("hkv, want", [(8, 1), (32, 0)])
+def test_launch_paths_pass_the_choice(hkv, want, monkeypatch):
+    """launch_forward (pack_rows None: the library's choice; True / False: forced), backends'
+    checked launch and the fast path's BoundKernel each pass pack_rows in its COMPILED_ARGS place."""
+    from ragged_attn import backends
+    from ragged_attn.fast_launch import BoundKernel
+    from ragged_attn.problem import build_problem
+
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    q, k, v, cu_q, cu_k = _decode_problem(hkv=hkv)
+    problem, t = build_problem(q, k, v, cu_q, cu_k, 1, 300, causal=True)
+    assert backends.pack_rows_for(backends.layout_class_for(problem), problem) == bool(want)
+    rec = Recorder()
+    out = torch.empty(4, 32, 128, dtype=torch.bfloat16)
+    kw = backends.kernel_arguments(problem, t, out, None)
+    launch_forward(rec, **kw)
+    launch_forward(rec, **kw, pack_rows=True)
+    launch_forward(rec, **kw, pack_rows=False)
+    BoundKernel(rec, problem).try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, out, None, None)
+    assert [c["pack_rows"] for c in rec.calls] == [want, 1, 0, want]
+    assert all(c["num_splits"] == 1 for c in rec.calls)
