@@ -884,8 +884,21 @@ class RaggedForwardSm90(MmaMainloops):
         while go != 0:
             split = go - 1  # the tile's split-KV split (0 without split-KV)
             split_seqlen = seqlen.for_split(split, total_q)  # its output rows
-            block_info = self.block_info_of(tile, pack_r, split_seqlen, mask_numbers, rows, split, num_splits, row_mult)
-            q_state, kv_state = run_one(run_args, split_seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item)
+            if const_expr(self.pack_rows and wg_idx is not None):
+                # The MMA warpgroups of a class with row packing trace the tile twice behind one
+                # run-time test (mma_tile): the unpacked copy, block range included, is the code of
+                # the class without row packing.
+                if row_mult != 1:
+                    block_info = self.block_info_of(tile, pack_r, split_seqlen, mask_numbers, rows, split, num_splits, row_mult)
+                    q_state, kv_state = run_one(
+                        run_args, split_seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item, row_mult
+                    )  # fmt: skip
+                else:
+                    block_info = self.block_info_of(tile, pack_r, split_seqlen, mask_numbers, rows, split, num_splits)
+                    q_state, kv_state = run_one(run_args, split_seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item)
+            else:
+                block_info = self.block_info_of(tile, pack_r, split_seqlen, mask_numbers, rows, split, num_splits, row_mult)
+                q_state, kv_state = run_one(run_args, split_seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item)
             go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
 
     @cute.jit
@@ -1420,40 +1433,19 @@ class RaggedForwardSm90(MmaMainloops):
     @cute.jit
     def mma_tile(
         self, run_args, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
-        q_state, kv_state, item=None,
-    ):  # fmt: skip
-        """One tile with query rows on the MMA warpgroups (`mma_tile_as`). A class with row packing
-        traces the tile twice, behind a run-time test of the launch's row_mult: the unpacked copy is
-        the class's code without row packing (its interior loop's SASS, instruction for instruction:
-        row tokens and the warpgroups' token ranges live through the tile moved ptxas's P V wait 40
-        instructions into the softmax), the packed copy masks, skips and stores by row tokens."""
-        row_mult = run_args[11]
-        if const_expr(self.pack_rows):
-            if row_mult != 1:
-                q_state, kv_state = self.mma_tile_as(
-                    run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item, row_mult
-                )  # fmt: skip
-            else:
-                q_state, kv_state = self.mma_tile_as(
-                    run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item, None
-                )  # fmt: skip
-        else:
-            q_state, kv_state = self.mma_tile_as(
-                run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item, None
-            )  # fmt: skip
-        return q_state, kv_state
-
-    @cute.jit
-    def mma_tile_as(
-        self, run_args, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
-        q_state, kv_state, item, row_mult,
+        q_state, kv_state, item=None, row_mult=None,
     ):  # fmt: skip
         """One tile with query rows on the MMA warpgroups: wait for Q, run the key blocks, release
         Q (after the mainloop, or after the epilogue has read O back when O's buffer is Q's), then
         the epilogue. Each warpgroup computes its own item (a row block of one query head,
         tile_scheduler.tile_item; `item`, as handed over, where the class hands it over). row_mult:
         None, or (row packing, > 1) the packed rows per token: then row0 counts packed rows and
-        head_idx is the unit's K/V head. Returns (q_state, kv_state)."""
+        head_idx is the unit's K/V head, and the tile masks, skips and stores by row tokens. A class
+        with row packing traces both (reader_walk, behind one run-time test of the launch's
+        row_mult): the unpacked copy is the class's code without row packing, so its interior loop
+        is the same SASS instruction for instruction (traced once with run-time tests, the row
+        tokens and the warpgroups' token ranges moved ptxas's P V wait 40 instructions into the
+        softmax of d128 causal). Returns (q_state, kv_state)."""
         tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, pack_r = (
             run_args[:11]
         )  # fmt: skip

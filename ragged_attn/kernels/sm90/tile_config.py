@@ -80,8 +80,8 @@ class TileConfig:
     # rows of one block share every K/V load). Q then arrives by a cp.async row gather, O by
     # per-row stores. Trace time only so that classes without it keep their code; the run-time
     # switch picks it per launch (a launch packs blocks, pack_gqa, or rows, never both). Needs
-    # wg_epilogue and wg_skip; never with sinks (a sink is per query head). On for d128 (ragged and
-    # paged) and the d64 192-row class; unmeasured (2026-12-03).
+    # wg_epilogue and wg_skip; never with sinks (a sink is per query head). On for the d128 causal
+    # classes (ragged and paged) and the d64 causal 192-row class (`_rows`); unmeasured (2026-12-03).
     pack_rows: bool = False
 
     def __post_init__(self) -> None:
@@ -282,24 +282,34 @@ def tile_config(layout_class) -> TileConfig:
     return cfg
 
 
+def _rows(layout_class) -> bool:
+    """Whether a class of a head dim that packs rows (`_tiles`) may: causal classes without sinks
+    (a sink is per query head). The others keep their kernel: with row packing traced in, their
+    unpacked interior loop changed (static SASS, tools/sass_static.py, 2026-12-03: d128 window the
+    P V wait from instruction 233 to 292 of 505; d64 window 458 lines of opcode diff; d128 no mask
+    464 -> 476 instructions, 12 more uniform ones), which the causal classes' did not."""
+    return layout_class.mask == "causal" and not getattr(layout_class, "sinks", False)
+
+
 def _tiles(layout_class) -> TileConfig:
     d_qk = layout_class.d_qk
     # d <= 96: three K/V stages fit beside two Q buffers and O, and the warpgroups issue GEMMs
     # without ping-pong turns (measured 2026-12-02, session 3, in the docstring above).
     if layout_class.kv == "ragged" and (d_qk <= 32 or (d_qk <= 64 and layout_class.mask != "window")):
-        # pack_rows: d64 only (d32 untested); sinks classes never (forward.py).
-        return TileConfig(192, 128, 3, pingpong=False, overlap=True, pack_gqa=True, pack_rows=d_qk > 32)
+        # pack_rows: d64 only (d32 untested).
+        return TileConfig(192, 128, 3, pingpong=False, overlap=True, pack_gqa=True, pack_rows=_rows(layout_class) and d_qk > 32)
     if d_qk <= 32:
         return TileConfig(128, 192, 3, pingpong=False, overlap=True)
     if d_qk <= 96:
+        # No pack_rows: built into the d64 paged class it compiled without spills, but its unpacked
+        # interior loop moved one uniform UMOV (440 instructions, the same waits; 2026-12-03), so the
+        # class keeps its kernel until measured.
         return TileConfig(128, 128, 3, pingpong=False, overlap=True)
     if d_qk <= 128:
         # q_first: measured twice (session 7), +0.3..+2.1% on every d128 row but 64 x 128 (+-0.8%);
         # paged (session 8) +1.5% with the whole-block gather. pack_rows (run-time row packing for
         # decode rows and short chunks, vLLM's mixed batches): unmeasured (2026-12-03).
-        return TileConfig(
-            128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=not getattr(layout_class, "sinks", False)
-        )
+        return TileConfig(128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=_rows(layout_class))
     if d_qk <= 192:
         return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True)
     return TileConfig(128, 80, 2, pingpong=False, overlap=True)
