@@ -7,7 +7,9 @@ start, the implementations interleaved round by round; BENCH_REPS rounds, defaul
 2 * H_q * (d_qk + d_v) * allowed (query, key) pairs; bf16, LSE on (FA3 and FA4 always produce it).
 Kernels: RAGGED_ATTN_SM90_PREBUILT/<class>.o (tools/prebuild_sm90.py) or compiled here; the
 variants named in RAGGED_ATTN_VARIANTS (comma-separated) from RAGGED_ATTN_SM90_PREBUILT/<variant>/<class>.o
-when present (the class built with other tile-config fields). Each output is checked against FA4's (max abs diff).
+when present (the class built with other tile-config fields); the trees named in RAGGED_ATTN_AB_TREES
+(label=DIR, tools/ab_tree.sh: another tree's package and kernels, when its kernels take other arguments).
+Each output is checked against FA4's (max abs diff).
 Usage: python tools/bench_issue10.py [ROW_SUBSTRING ...]
 """
 
@@ -78,6 +80,21 @@ def load(lc, sub=""):
     return compile_forward(lc)
 
 
+def other_trees():
+    """RAGGED_ATTN_AB_TREES=label=DIR[,label=DIR...]: [(label, DIR)], DIR as tools/ab_tree.sh wrote it."""
+    spec = os.environ.get("RAGGED_ATTN_AB_TREES", "")
+    return [tuple(item.split("=", 1)) for item in filter(None, spec.split(","))]
+
+
+def tree_launch(label, tree):
+    """launch_forward of the package ragged_attn_<label> under DIR (imported beside ours)."""
+    import importlib
+
+    if tree not in sys.path:
+        sys.path.append(tree)
+    return importlib.import_module(f"ragged_attn_{label}.kernels.sm90").launch_forward
+
+
 def pairs(lens, causal):
     return sum(n * (n + 1) // 2 if causal else n * n for n in lens)
 
@@ -136,11 +153,12 @@ def make_impls(lens, hq, hkv, d, causal, dev):
                 return sdpa(qg, kg, vg, is_causal=causal, enable_gqa=True)
 
         impls["cuDNN SDPA padded enable_gqa"] = sdpa_gqa_call
-    def ours_call(kernel, dst):
-        """Our kernel `kernel` (this tree's or a variant's) writing `dst`."""
+    def ours_call(kernel, dst, launch=launch_forward):
+        """Our kernel `kernel` (this tree's or a variant's, or another tree's with its `launch`)
+        writing `dst`."""
 
         def call():
-            launch_forward(
+            launch(
                 kernel, q=q, k=k, v=v, out=dst, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
                 seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
                 window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
@@ -154,6 +172,13 @@ def make_impls(lens, hq, hkv, d, causal, dev):
         alt = load(lc, sub)  # the same class built with other tile-config fields
         if alt is not None:
             impls[f"ours {sub}"] = ours_call(alt, torch.empty_like(out))
+    for label, tree in other_trees():  # another tree's package and kernels (tools/ab_tree.sh)
+        path = os.path.join(tree, "sm90", lc.name + ".o")
+        if os.path.exists(path):
+            import cutlass.cute as cute
+
+            alt, dst = cute.runtime.load_module(path, enable_tvm_ffi=True).fwd, torch.empty_like(out)
+            impls[f"ours {label}"] = ours_call(alt, dst, tree_launch(label, tree))
     return impls, flops, total, dv, (q, k, v, out, lse)
 
 
