@@ -114,7 +114,10 @@ def make_impls(lens, hq, hkv, d, causal, dev):
     mask = "causal" if causal else "none"
     lc = LayoutClass("sm_90a", d, dv, "bf16", "bf16", mask, True, "ragged")
     impls = {}
+    peers = os.environ.get("ISSUE10_PEERS", "1") != "0"  # 0: ours only (A/B of our kernels, no peer JIT)
     try:
+        if not peers:
+            raise ImportError("peers skipped")
         from flash_attn.cute import flash_attn_varlen_func as fa4
 
         impls["FA4"] = lambda: fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=smax,
@@ -122,6 +125,8 @@ def make_impls(lens, hq, hkv, d, causal, dev):
     except ImportError:
         pass
     try:
+        if not peers:
+            raise ImportError("peers skipped")
         from fa3_fwd_interface import flash_attn_varlen_func as fa3
 
         def fa3_call():
@@ -131,7 +136,7 @@ def make_impls(lens, hq, hkv, d, causal, dev):
         impls["FA3"] = fa3_call
     except ImportError:
         pass
-    if len(set(lens)) == 1:
+    if len(set(lens)) == 1 and peers:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.functional import scaled_dot_product_attention as sdpa
 

@@ -103,6 +103,7 @@ def main():
     rows = []
 
     def record(label, fn, ref=None):
+        print(f"timing {label}", flush=True)
         try:
             fn()
             torch.cuda.synchronize()
