@@ -148,12 +148,18 @@ class RaggedForwardSm90(MmaMainloops):
         if paged:
             self.producer_regs = self.producer_regs_paged
             if config.page_tma:
-                # The box coordinates need more than 40 (40 spills; 48 leaves the MMA warpgroups 232 too).
+                # The box coordinates need more than 40 (40 spills); 48 leaves the MMA warpgroups 224.
                 self.producer_regs = 48
         # What the producer warpgroup leaves, split over the MMA warpgroups (setmaxnreg takes
         # multiples of 8, at most 240): 24 -> 240 with 2 MMA warpgroups, 160 with 3 (FA3's split
-        # for 192-row tiles); paged 40 -> 232, 152.
-        spare = (REGISTERS_PER_SM - 128 * self.producer_regs) // (128 * self.num_mma_warpgroups)
+        # for 192-row tiles); paged 40 -> 232, 152; paged with page_tma 48 -> 224.
+        # The pool is what the launch allocated, not the SM's 65536: one CTA of num_threads gets
+        # floor(65536 / num_threads) registers per thread rounded down to 8 (168 at 384 threads),
+        # and setmaxnreg.inc waits until the pool holds what it asks for, forever if it never will
+        # (session 9: a producer at 48 with MMA warpgroups at 232 asked 1024 registers too many
+        # and hung on the H200).
+        pool = (REGISTERS_PER_SM // (128 + 128 * self.num_mma_warpgroups)) // 8 * 8 * (128 + 128 * self.num_mma_warpgroups)
+        spare = (pool - 128 * self.producer_regs) // (128 * self.num_mma_warpgroups)
         self.mma_regs = min(240, spare // 8 * 8)
         self.tile_m = config.tile_m
         self.tile_n = config.tile_n
