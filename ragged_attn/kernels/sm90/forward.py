@@ -148,11 +148,12 @@ class RaggedForwardSm90(MmaMainloops):
         if paged:
             self.producer_regs = self.producer_regs_paged
             if config.page_tma:
-                # The box coordinates need more than 40 (40 spills); 48 leaves the MMA warpgroups 224.
-                self.producer_regs = 48
+                # The box coordinates need more than 40 (40 spills; 48 too at d32/d64/d96/d192/d256);
+                # 56 leaves the MMA warpgroups 224, as 48 would (the launch's pool, below).
+                self.producer_regs = 56
         # What the producer warpgroup leaves, split over the MMA warpgroups (setmaxnreg takes
         # multiples of 8, at most 240): 24 -> 240 with 2 MMA warpgroups, 160 with 3 (FA3's split
-        # for 192-row tiles); paged 40 -> 232, 152; paged with page_tma 48 -> 224.
+        # for 192-row tiles); paged 40 -> 232, 152; paged with page_tma 56 -> 224.
         # The pool is what the launch allocated, not the SM's 65536: one CTA of num_threads gets
         # floor(65536 / num_threads) registers per thread rounded down to 8 (168 at 384 threads),
         # and setmaxnreg.inc waits until the pool holds what it asks for, forever if it never will
