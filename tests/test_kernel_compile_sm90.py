@@ -153,7 +153,7 @@ def test_register_split_fits_what_the_launch_allocates(dims, kv, page_tma):
 
 @pytest.mark.parametrize("box", [16, 64])
 def test_paged_class_with_page_boxes_compiles_without_spills(box, capfd):
-    """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather): the producer warpgroup's 48
+    """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather): the producer warpgroup's 56
     registers hold the box coordinates without spilling."""
     lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
     compile_forward(lc, extra_options="remarks{ptx}", config=dataclasses.replace(tile_config(lc), page_tma=box))
