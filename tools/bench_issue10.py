@@ -115,49 +115,47 @@ def make_impls(lens, hq, hkv, d, causal, dev):
     lc = LayoutClass("sm_90a", d, dv, "bf16", "bf16", mask, True, "ragged")
     impls = {}
     peers = os.environ.get("ISSUE10_PEERS", "1") != "0"  # 0: ours only (A/B of our kernels, no peer JIT)
-    try:
-        if not peers:
-            raise ImportError("peers skipped")
-        from flash_attn.cute import flash_attn_varlen_func as fa4
+    if peers:
+        try:
+            from flash_attn.cute import flash_attn_varlen_func as fa4
 
-        impls["FA4"] = lambda: fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=smax,
-                                   max_seqlen_k=smax, causal=causal, return_lse=True)[0]  # fmt: skip
-    except ImportError:
-        pass
-    try:
-        if not peers:
-            raise ImportError("peers skipped")
-        from fa3_fwd_interface import flash_attn_varlen_func as fa3
+            impls["FA4"] = lambda: fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=smax,
+                                       max_seqlen_k=smax, causal=causal, return_lse=True)[0]  # fmt: skip
+        except ImportError:
+            pass
+        try:
+            from fa3_fwd_interface import flash_attn_varlen_func as fa3
 
-        def fa3_call():
-            o = fa3(q, k, v, cu, cu, smax, smax, causal=causal)
-            return o[0] if isinstance(o, tuple) else o
+            def fa3_call():
+                o = fa3(q, k, v, cu, cu, smax, smax, causal=causal)
+                return o[0] if isinstance(o, tuple) else o
 
-        impls["FA3"] = fa3_call
-    except ImportError:
-        pass
-    if len(set(lens)) == 1 and peers:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        from torch.nn.functional import scaled_dot_product_attention as sdpa
+            impls["FA3"] = fa3_call
+        except ImportError:
+            pass
+        if len(set(lens)) == 1:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-        qp = q.view(b, smax, hq, d).transpose(1, 2).contiguous()
-        kp = k.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
-        vp = v.view(b, smax, hkv, dv).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
+            qp = q.view(b, smax, hq, d).transpose(1, 2).contiguous()
+            kp = k.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
+            vp = v.view(b, smax, hkv, dv).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
 
-        def sdpa_call():
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                return sdpa(qp, kp, vp, is_causal=causal)  # (B, H, s, D): unpacked outside the timing
+            def sdpa_call():
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    return sdpa(qp, kp, vp, is_causal=causal)  # (B, H, s, D): unpacked outside the timing
 
-        impls["cuDNN SDPA padded"] = sdpa_call
-        qg = qp
-        kg = k.view(b, smax, hkv, d).transpose(1, 2).contiguous()
-        vg = v.view(b, smax, hkv, dv).transpose(1, 2).contiguous()
+            impls["cuDNN SDPA padded"] = sdpa_call
+            qg = qp
+            kg = k.view(b, smax, hkv, d).transpose(1, 2).contiguous()
+            vg = v.view(b, smax, hkv, dv).transpose(1, 2).contiguous()
 
-        def sdpa_gqa_call():  # native GQA (the project bench's peer): K/V not expanded
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                return sdpa(qg, kg, vg, is_causal=causal, enable_gqa=True)
+            def sdpa_gqa_call():  # native GQA (the project bench's peer): K/V not expanded
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    return sdpa(qg, kg, vg, is_causal=causal, enable_gqa=True)
 
-        impls["cuDNN SDPA padded enable_gqa"] = sdpa_gqa_call
+            impls["cuDNN SDPA padded enable_gqa"] = sdpa_gqa_call
+
     def ours_call(kernel, dst, launch=launch_forward):
         """Our kernel `kernel` (this tree's or a variant's, or another tree's with its `launch`)
         writing `dst`."""

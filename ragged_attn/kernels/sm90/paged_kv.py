@@ -25,8 +25,9 @@ Facts this module relies on (FA4's PagedKVManager taught the row-gather idea):
   of 16 keys, each from one page (a 16-key run starting at a multiple of 16 never crosses a page
   edge); lane l < tile_n / 16 of producer warp 0 reads box l's page, and the warp issues the
   boxes (the DSL's TMA copy elects one lane of those that reach it: a copy under a lane
-  predicate would issue once, not once per lane - the first build hung on exactly that). The box descriptors
-  see a pool as (page_size, d, H_kv, num_pages): the page size stays a run-time extent. The
+  predicate would issue once, not once per lane - the first build hung on exactly that). The
+  box descriptors see a pool as (page_size, d, H_kv, num_pages): the page size stays a run-time
+  extent. The
   block crossing len_k keeps the predicated cp.async gather (a box would bring the NaN of the
   unused slots past len_k), so both kinds of writer signal one stage barrier: its arrival count
   stays the 128 producer threads, and a TMA block's lane 0 arrives with the expected bytes while
