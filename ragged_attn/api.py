@@ -134,9 +134,7 @@ def attention(
             window_size=window_size, softmax_scale=softmax_scale, return_lse=return_lse, lse_layout=lse_layout,
             lse_base=lse_base, out=out, lse=lse, sinks=sinks, softcap=softcap, backend=backend,
         )  # fmt: skip
-    if torch.is_grad_enabled():  # forward only, on every backend and path (the fast one included)
-        chk.forward_only(q, k, v, sinks)
-    fast_key = None
+    fast_key = None  # (forward only: the fast path declines inputs that require grad; the check below names them)
     if lse is None and type(backend) is str and backend != "reference" and type(window_size) is tuple:
         # Options that a full check accepted before (with the same types) need no second check;
         # the tensors always get BoundKernel's predicate. Anything unusual takes the checked path.
@@ -154,6 +152,8 @@ def attention(
             )  # fmt: skip
             if result is not None:
                 return result
+    if torch.is_grad_enabled():  # forward only, on every backend and path (the fast one declines them)
+        chk.forward_only(q, k, v, sinks)
     chk.choice("backend", backend, backends.BACKENDS)
     problem, tensors = build_problem(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -295,15 +295,15 @@ class Plan:
                 tensors that need another layout class than the plan's; nothing is written.
             NotImplementedError: as `attention`, for a call the kernel does not serve.
         """
-        if torch.is_grad_enabled():  # forward only, as `attention`
-            chk.forward_only(q, k, v, sinks)
-        if self._bound is not None:
+        if self._bound is not None:  # declines inputs that require grad with grad mode on
             result = self._bound.try_launch(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_q, seqused_k, page_table, out, lse,
                 max_seqlen_k, sinks,
             )  # fmt: skip
             if result is not None:
                 return result
+        if torch.is_grad_enabled():  # forward only, as `attention`
+            chk.forward_only(q, k, v, sinks)
         planned_sinks = self.layout_class.sinks if self.layout_class is not None else self.reference_class.endswith("-sinks")
         if (sinks is not None) != planned_sinks:
             raise ValueError(

@@ -219,6 +219,12 @@ class BoundKernel:
                 and (d_qk, d_v) in self._dims and q.get_device() == self._device
             ):  # fmt: skip
                 return None
+            # Forward only: an input that requires grad with grad mode on goes to the checked path,
+            # which names it (api.py calls _checks.forward_only there); three attribute reads here
+            # instead of that helper on every call.
+            if q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad):
+                if torch.is_grad_enabled():
+                    return None
             if seqused_q is None and seqused_k is None:
                 used_q, used_k, flag_q, flag_k = cu_q, cu_k, 0, 0
             else:
@@ -252,20 +258,23 @@ class BoundKernel:
                     s0, s1, _ = v.stride()
                     if p + ((total_k - 1) * s0 + (h_kv - 1) * s1 + d_v) * 2 > lo:
                         return None
-                # The int32 metadata (4-byte elements): the kernel reads it while it writes out.
+                # The int32 metadata (4-byte elements): the kernel reads it while it writes out. Its
+                # spans are counted as contiguous, (B + 1) and B elements: the entry refuses any other
+                # stride or a cu_seqlens_k of another length before it launches (kernels/sm90/launch.py
+                # declares them unit-stride), so a launch only happens where these spans are exact.
                 p = cu_q.data_ptr()
-                if p < hi and p + ((cu_q.shape[0] - 1) * cu_q.stride(0) + 1) * 4 > lo:
+                if p < hi and p + (batch + 1) * 4 > lo:
                     return None
                 p = cu_k.data_ptr()
-                if p < hi and p + ((cu_k.shape[0] - 1) * cu_k.stride(0) + 1) * 4 > lo:
+                if p < hi and p + (batch + 1) * 4 > lo:
                     return None
                 if flag_q:
                     p = used_q.data_ptr()
-                    if p < hi and p + ((batch - 1) * used_q.stride(0) + 1) * 4 > lo:
+                    if p < hi and p + batch * 4 > lo:
                         return None
                 if flag_k:
                     p = used_k.data_ptr()
-                    if p < hi and p + ((batch - 1) * used_k.stride(0) + 1) * 4 > lo:
+                    if p < hi and p + batch * 4 > lo:
                         return None
             slot = self._sinks_slot
             if slot is not None or sinks is not None:

@@ -160,3 +160,28 @@ def test_missing_cu_seqlens_k_goes_to_the_checked_path():
     bound, rec, a = _base_bound()
     a["cu_k"] = None
     assert bound.try_launch(**a) is None and rec.calls == []
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v"])
+def test_inputs_that_require_grad_go_to_the_checked_path_with_grad_on(name):
+    """The fast path declines an input that requires grad while grad mode is on (the checked path
+    raises, naming it: tests/test_forward_only.py) and launches it under torch.no_grad()."""
+    bound, rec, a = _base_bound()
+    a[name] = a[name].clone().requires_grad_(True)
+    assert torch.is_grad_enabled()
+    assert bound.try_launch(**a) is None and rec.calls == []
+    with torch.no_grad():
+        assert bound.try_launch(**a) is not None and len(rec.calls) == 1
+
+
+def test_plan_run_names_an_input_that_requires_grad_before_any_launch():
+    from ragged_attn.api import Plan
+    from ragged_attn.backends import layout_class_for
+
+    a = base_arguments()
+    problem, _ = build_problem(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 30, causal=True)
+    rec = EntryModel()
+    plan = Plan(problem, "cute", layout_class_for(problem), {"causal": True}, BoundKernel(rec, problem, True))
+    with pytest.raises(ValueError, match="^k: expected a tensor that does not require grad"):
+        plan.run(a["q"], a["k"].clone().requires_grad_(True), a["v"], a["cu_q"], a["cu_k"], 30, 30)
+    assert rec.calls == []

@@ -132,9 +132,28 @@ def test_page_box_sizes_that_do_not_divide_the_tile_are_refused(box):
     assert TileConfig(128, 128, page_tma=64).page_tma == 64
 
 
+@pytest.mark.parametrize("dims", HEAD_DIM_CLASSES, ids=lambda d: f"d{d[0]}x{d[1]}")
+@pytest.mark.parametrize("kv", ["ragged", "paged"])
+@pytest.mark.parametrize("page_tma", [0, 16])
+def test_register_split_fits_what_the_launch_allocates(dims, kv, page_tma):
+    """setmaxnreg.inc waits until the CTA's pool holds what the MMA warpgroups ask for: the pool is
+    the launch's allocation (floor(65536 / threads) rounded down to 8, per thread), not 65536, or
+    the kernel hangs (session 9: producer 48 + MMA 232 at 384 threads asked 1024 too many)."""
+    from ragged_attn.kernels.sm90.launch import kernel_for
+
+    lc = LayoutClass("sm_90a", *dims, "bf16", "bf16", "causal", True, kv)
+    config = tile_config(lc)
+    if page_tma and kv == "paged" and config.tile_n % page_tma == 0:
+        config = dataclasses.replace(config, page_tma=page_tma)
+    k = kernel_for(lc, config)
+    per_thread = 65536 // k.num_threads // 8 * 8
+    assert 128 * k.producer_regs + k.num_mma_threads * k.mma_regs <= per_thread * k.num_threads
+    assert k.mma_regs % 8 == 0 and k.producer_regs % 8 == 0 and k.mma_regs <= 240
+
+
 @pytest.mark.parametrize("box", [16, 64])
 def test_paged_class_with_page_boxes_compiles_without_spills(box, capfd):
-    """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather): the producer warpgroup's 48
+    """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather): the producer warpgroup's 56
     registers hold the box coordinates without spilling."""
     lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
     compile_forward(lc, extra_options="remarks{ptx}", config=dataclasses.replace(tile_config(lc), page_tma=box))

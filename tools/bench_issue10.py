@@ -7,7 +7,9 @@ start, the implementations interleaved round by round; BENCH_REPS rounds, defaul
 2 * H_q * (d_qk + d_v) * allowed (query, key) pairs; bf16, LSE on (FA3 and FA4 always produce it).
 Kernels: RAGGED_ATTN_SM90_PREBUILT/<class>.o (tools/prebuild_sm90.py) or compiled here; the
 variants named in RAGGED_ATTN_VARIANTS (comma-separated) from RAGGED_ATTN_SM90_PREBUILT/<variant>/<class>.o
-when present (the class built with other tile-config fields). Each output is checked against FA4's (max abs diff).
+when present (the class built with other tile-config fields); the trees named in RAGGED_ATTN_AB_TREES
+(label=DIR, tools/ab_tree.sh: another tree's package and kernels, when its kernels take other arguments).
+Each output is checked against FA4's (max abs diff).
 Usage: python tools/bench_issue10.py [ROW_SUBSTRING ...]
 """
 
@@ -78,6 +80,21 @@ def load(lc, sub=""):
     return compile_forward(lc)
 
 
+def other_trees():
+    """RAGGED_ATTN_AB_TREES=label=DIR[,label=DIR...]: [(label, DIR)], DIR as tools/ab_tree.sh wrote it."""
+    spec = os.environ.get("RAGGED_ATTN_AB_TREES", "")
+    return [tuple(item.split("=", 1)) for item in filter(None, spec.split(","))]
+
+
+def tree_launch(label, tree):
+    """launch_forward of the package ragged_attn_<label> under DIR (imported beside ours)."""
+    import importlib
+
+    if tree not in sys.path:
+        sys.path.append(tree)
+    return importlib.import_module(f"ragged_attn_{label}.kernels.sm90").launch_forward
+
+
 def pairs(lens, causal):
     return sum(n * (n + 1) // 2 if causal else n * n for n in lens)
 
@@ -97,50 +114,54 @@ def make_impls(lens, hq, hkv, d, causal, dev):
     mask = "causal" if causal else "none"
     lc = LayoutClass("sm_90a", d, dv, "bf16", "bf16", mask, True, "ragged")
     impls = {}
-    try:
-        from flash_attn.cute import flash_attn_varlen_func as fa4
+    peers = os.environ.get("ISSUE10_PEERS", "1") != "0"  # 0: ours only (A/B of our kernels, no peer JIT)
+    if peers:
+        try:
+            from flash_attn.cute import flash_attn_varlen_func as fa4
 
-        impls["FA4"] = lambda: fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=smax,
-                                   max_seqlen_k=smax, causal=causal, return_lse=True)[0]  # fmt: skip
-    except ImportError:
-        pass
-    try:
-        from fa3_fwd_interface import flash_attn_varlen_func as fa3
+            impls["FA4"] = lambda: fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=smax,
+                                       max_seqlen_k=smax, causal=causal, return_lse=True)[0]  # fmt: skip
+        except ImportError:
+            pass
+        try:
+            from fa3_fwd_interface import flash_attn_varlen_func as fa3
 
-        def fa3_call():
-            o = fa3(q, k, v, cu, cu, smax, smax, causal=causal)
-            return o[0] if isinstance(o, tuple) else o
+            def fa3_call():
+                o = fa3(q, k, v, cu, cu, smax, smax, causal=causal)
+                return o[0] if isinstance(o, tuple) else o
 
-        impls["FA3"] = fa3_call
-    except ImportError:
-        pass
-    if len(set(lens)) == 1:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        from torch.nn.functional import scaled_dot_product_attention as sdpa
+            impls["FA3"] = fa3_call
+        except ImportError:
+            pass
+        if len(set(lens)) == 1:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-        qp = q.view(b, smax, hq, d).transpose(1, 2).contiguous()
-        kp = k.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
-        vp = v.view(b, smax, hkv, dv).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
+            qp = q.view(b, smax, hq, d).transpose(1, 2).contiguous()
+            kp = k.view(b, smax, hkv, d).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
+            vp = v.view(b, smax, hkv, dv).transpose(1, 2).repeat_interleave(hq // hkv, dim=1).contiguous()
 
-        def sdpa_call():
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                return sdpa(qp, kp, vp, is_causal=causal)  # (B, H, s, D): unpacked outside the timing
+            def sdpa_call():
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    return sdpa(qp, kp, vp, is_causal=causal)  # (B, H, s, D): unpacked outside the timing
 
-        impls["cuDNN SDPA padded"] = sdpa_call
-        qg = qp
-        kg = k.view(b, smax, hkv, d).transpose(1, 2).contiguous()
-        vg = v.view(b, smax, hkv, dv).transpose(1, 2).contiguous()
+            impls["cuDNN SDPA padded"] = sdpa_call
+            qg = qp
+            kg = k.view(b, smax, hkv, d).transpose(1, 2).contiguous()
+            vg = v.view(b, smax, hkv, dv).transpose(1, 2).contiguous()
 
-        def sdpa_gqa_call():  # native GQA (the project bench's peer): K/V not expanded
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                return sdpa(qg, kg, vg, is_causal=causal, enable_gqa=True)
+            def sdpa_gqa_call():  # native GQA (the project bench's peer): K/V not expanded
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    return sdpa(qg, kg, vg, is_causal=causal, enable_gqa=True)
 
-        impls["cuDNN SDPA padded enable_gqa"] = sdpa_gqa_call
-    def ours_call(kernel, dst):
-        """Our kernel `kernel` (this tree's or a variant's) writing `dst`."""
+            impls["cuDNN SDPA padded enable_gqa"] = sdpa_gqa_call
+
+    def ours_call(kernel, dst, launch=launch_forward):
+        """Our kernel `kernel` (this tree's or a variant's, or another tree's with its `launch`)
+        writing `dst`."""
 
         def call():
-            launch_forward(
+            launch(
                 kernel, q=q, k=k, v=v, out=dst, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
                 seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
                 window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
@@ -154,6 +175,13 @@ def make_impls(lens, hq, hkv, d, causal, dev):
         alt = load(lc, sub)  # the same class built with other tile-config fields
         if alt is not None:
             impls[f"ours {sub}"] = ours_call(alt, torch.empty_like(out))
+    for label, tree in other_trees():  # another tree's package and kernels (tools/ab_tree.sh)
+        path = os.path.join(tree, "sm90", lc.name + ".o")
+        if os.path.exists(path):
+            import cutlass.cute as cute
+
+            alt, dst = cute.runtime.load_module(path, enable_tvm_ffi=True).fwd, torch.empty_like(out)
+            impls[f"ours {label}"] = ours_call(alt, dst, tree_launch(label, tree))
     return impls, flops, total, dv, (q, k, v, out, lse)
 
 

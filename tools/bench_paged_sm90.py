@@ -5,7 +5,7 @@ Workload (issue 5, item 6): 14 long-tail sequences (64..2048 tokens, ragged_attn
 NHD with pages shuffled; page sizes 16, 64 and 128 (issue 10 item 7). Useful TFLOP/s = 4 * H_q * d * allowed pairs / time.
 Times: do_bench median and GPU-only median (ragged_attn.bench.timing.gpu_ms). Ours is launched
 through `launch_forward` (no API checks); kernels from RAGGED_ATTN_SM90_PREBUILT or compiled here.
-Usage: [RAGGED_ATTN_VARIANTS=v1,v2] python tools/bench_paged_sm90.py (variants: the kernels built into
+Usage: [RAGGED_ATTN_VARIANTS=v1,v2] [PAGED_BENCH_FA4=0] python tools/bench_paged_sm90.py (variants: the kernels built into
 RAGGED_ATTN_SM90_PREBUILT/<variant>/, timed beside this tree's)
 """
 
@@ -103,6 +103,7 @@ def main():
     rows = []
 
     def record(label, fn, ref=None):
+        print(f"timing {label}", flush=True)
         try:
             fn()
             torch.cuda.synchronize()
@@ -127,6 +128,8 @@ def main():
         for ps, (kp, vp, table) in fa4_inputs.items() if alt_paged is not None else ():
             record(f"ours {sub} paged page {ps}", paged_call(alt_paged, kp, vp, table), ref)
     try:
+        if os.environ.get("PAGED_BENCH_FA4", "1") == "0":  # skip FA4 (its JIT compiles take minutes)
+            raise ImportError("skipped (PAGED_BENCH_FA4=0)")
         from flash_attn.cute import flash_attn_varlen_func as fa4
 
         record("FA4 ragged", lambda: fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens),

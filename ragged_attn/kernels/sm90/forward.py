@@ -155,12 +155,20 @@ class RaggedForwardSm90(MmaMainloops):
         if paged:
             self.producer_regs = self.producer_regs_paged
             if config.page_tma:
-                # The box coordinates need more than 40 (40 spills; 48 leaves the MMA warpgroups 232 too).
-                self.producer_regs = 48
+                # The box coordinates need more than 40 (40 spills; 48 too at d32/d64/d96/d192/d256);
+                # 56 leaves the MMA warpgroups 224, as 48 would (the launch's pool, below).
+                self.producer_regs = 56
         # What the producer warpgroup leaves, split over the MMA warpgroups (setmaxnreg takes
         # multiples of 8, at most 240): 24 -> 240 with 2 MMA warpgroups, 160 with 3 (FA3's split
-        # for 192-row tiles); paged 40 -> 232, 152.
-        spare = (REGISTERS_PER_SM - 128 * self.producer_regs) // (128 * self.num_mma_warpgroups)
+        # for 192-row tiles); paged 40 -> 232, 152; paged with page_tma 56 -> 224.
+        # The pool is what the launch allocated, not the SM's 65536: one CTA of num_threads gets
+        # floor(65536 / num_threads) registers per thread rounded down to 8 (168 at 384 threads),
+        # and setmaxnreg.inc waits until the pool holds what it asks for, forever if it never will
+        # (session 9: a producer at 48 with MMA warpgroups at 232 asked 1024 registers too many
+        # and hung on the H200).
+        threads = 128 * (1 + self.num_mma_warpgroups)  # self.num_threads
+        pool = REGISTERS_PER_SM // threads // 8 * 8 * threads
+        spare = (pool - 128 * self.producer_regs) // (128 * self.num_mma_warpgroups)
         self.mma_regs = min(240, spare // 8 * 8)
         self.tile_m = config.tile_m
         self.tile_n = config.tile_n
@@ -1268,65 +1276,57 @@ class RaggedForwardSm90(MmaMainloops):
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
+            block = (loads, kv, box_ok, head_kv, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items)
             if const_expr(self.page_tma):
                 if self.box_block(box_ok, n_block, seqlen.len_k) != 0:
-                    self.load_block_boxes(loads, kv, box_ok, head_kv, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items)
+                    self.load_paged_block(block, True)
                 else:
-                    self.gather_block(loads, kv, box_ok, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items)
+                    self.load_paged_block(block, False)
             else:
-                self.gather_block(loads, kv, box_ok, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items)
+                self.load_paged_block(block, False)
             kv_state.advance()
         q_state.advance()
         return q_state, kv_state
 
     @cute.jit
-    def gather_block(
-        self, loads, kv: PagedKV, box_ok: Int32, i: Int32, n_blocks: Int32, n_block: Int32, seqlen: SeqlenInfo,
-        tile: Int32, unit: Int32, q_state, kv_state, items,
-    ):  # fmt: skip
-        """Block i of a paged tile (key block n_block) by the 128 threads' cp.async gather."""
+    def load_paged_block(self, block, by_box: cutlass.Constexpr[bool]):
+        """Block i of a paged tile (key block n_block): K then V, by the 128 threads' cp.async
+        gather, or (by_box: a block wholly inside len_k, page_tma) by warp 0's TMA boxes; the
+        next block's page-table reads start before the stage waits, Q goes after K where not
+        q_first."""
+        loads, kv, box_ok, head_kv, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items = block
         q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
-        kv.resolve_rows(n_block)
+        page, slot = None, None
+        if const_expr(by_box):
+            page, slot = kv.pages[0], kv.slots[0]  # read before the next block's fetch replaces them
+        else:
+            kv.resolve_rows(n_block)
         if i + 1 < n_blocks:
             self.fetch_block_pages(kv, box_ok, n_block - 1, seqlen.len_k)  # in flight during the waits
         pipe_k.producer_acquire(kv_state)
-        kv.load(n_block, sK[None, None, kv_state.index], True)
-        cute.arch.cp_async_commit_group()
-        pipe_k.producer_commit(kv_state)
+        if const_expr(by_box):
+            kv.load_boxes(
+                boxes[0], boxes[1][None, None, head_kv, None], sK[None, None, kv_state.index],
+                pipe_k.producer_get_barrier(kv_state), self.bytes_k, self.d_qk, warp_idx, page, slot,
+            )  # fmt: skip
+        else:
+            kv.load(n_block, sK[None, None, kv_state.index], True)
+            cute.arch.cp_async_commit_group()
+            pipe_k.producer_commit(kv_state)
         if const_expr(not self.q_first):
             if i == 0:
                 if warp_idx == 0:
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items, sched[12])
         pipe_v.producer_acquire(kv_state)
-        kv.load(n_block, sV[None, None, kv_state.index], False)
-        cute.arch.cp_async_commit_group()
-        pipe_v.producer_commit(kv_state)
-
-    @cute.jit
-    def load_block_boxes(
-        self, loads, kv: PagedKV, box_ok: Int32, head_kv: Int32, i: Int32, n_blocks: Int32, n_block: Int32,
-        seqlen: SeqlenInfo, tile: Int32, unit: Int32, q_state, kv_state, items,
-    ):  # fmt: skip
-        """Block i of a paged tile (key block n_block, wholly inside len_k) by warp 0's TMA boxes."""
-        q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
-        tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb = boxes
-        page, slot = kv.pages[0], kv.slots[0]
-        if i + 1 < n_blocks:
-            self.fetch_block_pages(kv, box_ok, n_block - 1, seqlen.len_k)
-        pipe_k.producer_acquire(kv_state)
-        kv.load_boxes(
-            tma_atom_Kb, tma_Kb[None, None, head_kv, None], sK[None, None, kv_state.index],
-            pipe_k.producer_get_barrier(kv_state), self.bytes_k, self.d_qk, warp_idx, page, slot,
-        )  # fmt: skip
-        if const_expr(not self.q_first):
-            if i == 0:
-                if warp_idx == 0:
-                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items, sched[12])
-        pipe_v.producer_acquire(kv_state)
-        kv.load_boxes(
-            tma_atom_Vb, tma_Vb[None, None, head_kv, None], sV[None, None, kv_state.index],
-            pipe_v.producer_get_barrier(kv_state), self.bytes_v, self.d_v, warp_idx, page, slot,
-        )  # fmt: skip
+        if const_expr(by_box):
+            kv.load_boxes(
+                boxes[2], boxes[3][None, None, head_kv, None], sV[None, None, kv_state.index],
+                pipe_v.producer_get_barrier(kv_state), self.bytes_v, self.d_v, warp_idx, page, slot,
+            )  # fmt: skip
+        else:
+            kv.load(n_block, sV[None, None, kv_state.index], False)
+            cute.arch.cp_async_commit_group()
+            pipe_v.producer_commit(kv_state)
 
     @cute.jit
     def box_block(self, box_ok: Int32, n_block: Int32, len_k: Int32) -> Int32:

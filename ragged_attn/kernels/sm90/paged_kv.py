@@ -23,8 +23,11 @@ Facts this module relies on (FA4's PagedKVManager taught the row-gather idea):
 - TMA boxes (TileConfig.page_tma): where the page size is a multiple of BOX_ROWS (16) and the
   pool is as wide as the class, a key block wholly inside len_k arrives as tile_n / 16 TMA boxes
   of 16 keys, each from one page (a 16-key run starting at a multiple of 16 never crosses a page
-  edge); lanes 0 .. tile_n / 16 - 1 of producer warp 0 issue one box each. The box descriptors
-  see a pool as (page_size, d, H_kv, num_pages): the page size stays a run-time extent. The
+  edge); lane l < tile_n / 16 of producer warp 0 reads box l's page, and the warp issues the
+  boxes (the DSL's TMA copy elects one lane of those that reach it: a copy under a lane
+  predicate would issue once, not once per lane - the first build hung on exactly that). The
+  box descriptors see a pool as (page_size, d, H_kv, num_pages): the page size stays a run-time
+  extent. The
   block crossing len_k keeps the predicated cp.async gather (a box would bring the NaN of the
   unused slots past len_k), so both kinds of writer signal one stage barrier: its arrival count
   stays the 128 producer threads, and a TMA block's lane 0 arrives with the expected bytes while
@@ -200,20 +203,23 @@ class PagedKV:
         warp_idx: Int32, page: Int32, slot: Int32,
     ):  # fmt: skip
         """A key block's (tile_n, d) tile sX by TMA boxes (a block wholly inside len_k; page, slot:
-        what `fetch_box_pages` read for it): lane 0 of warp 0 arrives on the stage barrier bar
-        expecting num_bytes, then lanes l < tile_n / box_rows each issue box l from its page;
-        lane 0 of warps 1-3 and lane 1 of warp 0 arrive for the rest of their warps (the barrier
-        counts the 128 producer threads). tma_pool: this K/V head's box coordinates, (page_size, d, num_pages)."""
+        what `fetch_box_pages` read for it, lane l holding box l's): lane 0 of warp 0 arrives on
+        the stage barrier bar expecting num_bytes, then the whole warp issues box l = 0 .. tile_n /
+        box_rows - 1 with lane l's page and slot (shuffled; the DSL's TMA copy issues from one
+        elected lane of the threads that reach it, so it is called by the whole warp with
+        warp-uniform coordinates); lane 0 of warps 1-3 and lane 1 of warp 0 arrive for the rest of
+        their warps (the barrier counts the 128 producer threads). tma_pool: this K/V head's box
+        coordinates, (page_size, d, num_pages)."""
         if warp_idx == 0:
             lane = cute.arch.lane_idx()
             if lane == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(bar, num_bytes)
             cute.arch.sync_warp()
-            if lane < self.tile_n // self.box_rows:
-                g_box = cute.local_tile(
-                    tma_pool[None, None, page], (self.box_rows, d), (slot // self.box_rows, 0)
-                )
-                s_box = cute.local_tile(sX, (self.box_rows, d), (lane, 0))
+            for b in cutlass.range_constexpr(self.tile_n // self.box_rows):
+                box_page = cute.arch.shuffle_sync(page, b)
+                box_slot = cute.arch.shuffle_sync(slot, b)
+                g_box = cute.local_tile(tma_pool[None, None, box_page], (self.box_rows, d), (box_slot // self.box_rows, 0))
+                s_box = cute.local_tile(sX, (self.box_rows, d), (b, 0))
                 t_s, t_g = cpasync.tma_partition(
                     tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
                 )

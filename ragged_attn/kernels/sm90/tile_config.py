@@ -274,6 +274,10 @@ def tile_config(layout_class) -> TileConfig:
     - Paged d128 (longtail14, 32/8, page 16/64/128; ragged 406): q_first and the predicate-free
       whole-block gather (paged_kv.py) 356-357 -> 361-363 [FA4 308-331]; the gather alone 352-354
       (its ~35% fewer producer instructions change nothing: ncu put paged's loss elsewhere).
+    Session 9 (docs/benchmarks/2026-12-03-h200-issue10-session9):
+    - page_tma (paged d128, TMA boxes of 16 keys for blocks inside len_k): its first builds hung on
+      the H200 (one box issued per block; then a register split the launch's pool could not
+      hold); both fixed on the CPU, not yet timed. Off until measured.
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
