@@ -21,7 +21,8 @@ rounds, default 30; median GPU time; host time is not counted):
   ours paged S=n        split-KV forced to n splits through kernels.sm90.launch_forward(num_splits=n)
                         (VLLM_BENCH_SPLITS, default 1,4,8; only where the tree's launch_forward has
                         num_splits, e.g. wip/split-kv; for a class without an LSE the splits run on
-                        its LSE sibling's kernel, as the library does)
+                        its LSE sibling's kernel, as the library does); VLLM_BENCH_PACK_ROWS=0 / 1
+                        forces row packing off / on there (wip/pack-rows; unset: the library's choice)
   ours paged +lse       return_lse=True (VLLM_BENCH_LSE=1)
   ours ragged K/V       the same keys copied into ragged (total_k, H_kv, d) tensors with cu_seqlens_k
                         (VLLM_BENCH_RAGGED=0 drops the ragged rows, ours and the peers')
@@ -437,6 +438,9 @@ def forced_split_impls(pkg_name: str, label: str, paged_args, paged_kw) -> dict:
         out = torch.empty(q.shape[0], q.shape[1], paged_args[2].shape[-1], device=q.device, dtype=q.dtype)
         kw = backends.kernel_arguments(problem, tensors._replace(out=out, lse=None), out, None)
         kw["num_splits"] = n
+        rows = os.environ.get("VLLM_BENCH_PACK_ROWS")  # "0" / "1": force row packing off / on
+        if rows in ("0", "1") and "pack_rows" in params:
+            kw["pack_rows"] = rows == "1"
         if "split_compiled" in params:
             kw["split_compiled"] = sibling
         if "fresh_outputs" in params:
