@@ -49,9 +49,13 @@ class BlockInfo:
         right: Int32,
         n_min: Int32 = None,
         n_max: Int32 = None,
+        split: bool = True,
     ):
         """n_min, n_max: the key blocks to visit (`for_split`'s share); None: the tile's whole
-        range (`full_range`)."""
+        range (`full_range`). split (trace time): False where n_min, n_max are known to be the
+        whole range (`for_split` with the constant num_splits 1), whose n_min is then the
+        class's own (a trace-time 0 without a left bound)."""
+        self.split = split
         self.tile_n = tile_n
         self.has_left = has_left
         self.has_right = has_right
@@ -82,7 +86,7 @@ class BlockInfo:
 
     def __new_from_mlir_values__(self, values):
         dyn = [Int32(v) for v in values]
-        return BlockInfo(self.tile_n, self.has_left, self.has_right, *dyn)
+        return BlockInfo(self.tile_n, self.has_left, self.has_right, *dyn, split=self.split)
 
     def n_block_range(self):
         """(n_block_min, n_block_max): the key blocks this tile visits: those any valid row of the
@@ -95,6 +99,11 @@ class BlockInfo:
         num_splits, n_min + (split + 1) * n // num_splits) of its n = n_max - n_min (module
         docstring). num_splits == 1 divides nothing."""
         n_min, n_max = self.n_min, self.n_max
+        if const_expr(isinstance(num_splits, int) and num_splits == 1):
+            return BlockInfo(
+                self.tile_n, self.has_left, self.has_right, self.row_lo, self.row_hi, self.len_q, self.len_k,
+                self.off, self.left, self.right, n_min, n_max, split=False,
+            )  # fmt: skip
         if num_splits != 1:
             n = cutlass.max(n_max - n_min, 0)  # an empty range (a window that misses) stays empty
             share_min = n_min + split * n // num_splits

@@ -71,6 +71,8 @@ import cutlass.memory
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_helpers
 from cutlass import Float32, Int32, Int64, const_expr
+from cutlass._mlir.dialects import nvvm as _nvvm
+from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
@@ -87,6 +89,14 @@ from .tile_scheduler import (
 )  # fmt: skip
 
 LOG2_E = math.log2(math.e)
+
+
+@dsl_user_op
+def cp_async_mbarrier_arrive_inc(mbar_ptr, *, loc=None, ip=None) -> None:
+    """cp.async.mbarrier.arrive.shared::cta.b64 (without .noinc): the mbarrier's pending count
+    goes up by one now and down by one once this thread's earlier cp.async copies have landed (no
+    net change; PTX ISA), so a phase that counts one arrival can wait on a warp's copies."""
+    _nvvm.cp_async_mbarrier_arrive(mbar_ptr.to_llvm_ptr(loc=loc, ip=ip), noinc=False, loc=loc, ip=ip)
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
 EPILOGUE_WG_BARRIER_BASE = 5  # ids 5 .. 7: one MMA warpgroup's own epilogue (wg_epilogue)
 O_TURN_BARRIER_BASE = 8  # ids 8 .. 10: an MMA warpgroup's turn at the shared O block (o_turns)
@@ -650,9 +660,8 @@ class RaggedForwardSm90(MmaMainloops):
         pipe_q = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_q.data_ptr(),
             num_stages=self.q_stages,
-            # Row packing: the 32 lanes of producer warp 0 arrive (load_q: the gather's cp.async
-            # arrivals, or the TMA's expect_tx plus 31).
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32) if const_expr(self.pack_rows) else one_warp,
+            # One arrival (row packing's gather too: load_q_rows_or_tile).
+            producer_group=one_warp,
             consumer_group=mma_warps,
             tx_count=self.bytes_q,
             defer_sync=True,
@@ -771,7 +780,8 @@ class RaggedForwardSm90(MmaMainloops):
             self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8), self.l2_kv_head_groups, num_splits,
             row_mult,
         )  # fmt: skip
-        seqlen = seqlen.for_split(split, total_q)
+        if const_expr(not isinstance(num_splits, int)):  # the constant 1: no split
+            seqlen = seqlen.for_split(split, total_q)
         items = self.items_of(unit, tile, pack_r, seqlen, packed)
         rows = None
         if const_expr(len(items) > 0):
@@ -849,8 +859,36 @@ class RaggedForwardSm90(MmaMainloops):
         if const_expr(self.pack_rows):
             cute.arch.cp_async_wait_group(0)  # the Q row gathers have landed before the warp exits
 
+    def unsplit_unpacked(self, sched, handoff, loads):
+        """(sched, handoff, loads) of a launch without split-KV and without row packing, their
+        num_splits and row_mult the trace-time constant 1 (the walks' fast copy, `producer_walk`)."""
+        sched_1 = None if sched is None else sched[:12] + (1,)
+        handoff_1 = handoff[:4] + ((1, handoff[4][1]), 1)
+        loads_1 = tuple(sched_1 if sched is not None and x is sched else x for x in loads)
+        return sched_1, handoff_1, loads_1
+
     @cute.jit
     def producer_walk(self, sched, mask_numbers, handoff, lse_args, load_one, loads, q_state, kv_state):
+        """`walk_tiles` twice behind one run-time test of the launch: without split-KV and row
+        packing (num_splits == 1, row_mult == 1) the copy traced with both the constant 1, whose
+        per-tile code is the kernel's without either (no split arithmetic, main's Q barrier
+        protocol, block ranges and stores); else the general copy."""
+        sched_1, handoff_1, loads_1 = self.unsplit_unpacked(sched, handoff, loads)
+        if self.general_launch(handoff) == 0:
+            self.walk_tiles(sched_1, mask_numbers, handoff_1, lse_args, load_one, loads_1, q_state, kv_state)
+        else:
+            self.walk_tiles(sched, mask_numbers, handoff, lse_args, load_one, loads, q_state, kv_state)
+
+    @cute.jit
+    def general_launch(self, handoff) -> Int32:
+        """Non-zero where the launch splits K/V or packs rows (the walks' general copy)."""
+        general = Int32(handoff[4][0] != 1)
+        if const_expr(self.pack_rows):
+            general = general + Int32(handoff[5] != 1)
+        return general
+
+    @cute.jit
+    def walk_tiles(self, sched, mask_numbers, handoff, lse_args, load_one, loads, q_state, kv_state):
         """Producer warp 0's walk over this CTA's tiles, ragged and paged alike: decode each
         ticket's tile (the whole warp), hand a tile with query rows over (`hand_over`) and load it
         with `load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items)
@@ -879,7 +917,18 @@ class RaggedForwardSm90(MmaMainloops):
         )  # fmt: skip
 
     @cute.jit
-    def reader_walk(self, handoff, mask_numbers, run_one, run_args, q_state, kv_state, wg_idx=None):
+    def reader_walk(self, handoff, mask_numbers, run_one, run_args, q_state, kv_state, wg_idx=None, sched=None):
+        """`read_tiles` twice behind the test of `producer_walk`: the copy without split-KV and
+        row packing (trace-time constants) and the general one. sched: the schedule tuple
+        run_args holds (the paged producer warps' loads), else None."""
+        _, handoff_1, run_args_1 = self.unsplit_unpacked(sched, handoff, run_args)
+        if self.general_launch(handoff) == 0:
+            self.read_tiles(handoff_1, mask_numbers, run_one, run_args_1, q_state, kv_state, wg_idx)
+        else:
+            self.read_tiles(handoff, mask_numbers, run_one, run_args, q_state, kv_state, wg_idx)
+
+    @cute.jit
+    def read_tiles(self, handoff, mask_numbers, run_one, run_args, q_state, kv_state, wg_idx=None):
         """The walk of everyone who reads the handed-over tiles (the MMA warpgroups; paged, also
         producer warps 1-3): `run_one(run_args, seqlen, block_info, tile, unit, batch_idx,
         q_state, kv_state, item) -> (q_state, kv_state)` (`mma_tile` or `load_paged_tile`) per
@@ -890,8 +939,11 @@ class RaggedForwardSm90(MmaMainloops):
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
         go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
         while go != 0:
-            split = go - 1  # the tile's split-KV split (0 without split-KV)
-            split_seqlen = seqlen.for_split(split, total_q)  # its output rows
+            split = 0
+            split_seqlen = seqlen
+            if const_expr(not isinstance(num_splits, int)):  # else the constant 1: no split
+                split = go - 1  # the tile's split-KV split (0 without split-KV)
+                split_seqlen = seqlen.for_split(split, total_q)  # its output rows
             if const_expr(self.pack_rows and wg_idx is not None):
                 # The MMA warpgroups of a class with row packing trace the tile twice behind one
                 # run-time test (mma_tile): the unpacked copy, block range included, is the code of
@@ -1020,7 +1072,9 @@ class RaggedForwardSm90(MmaMainloops):
         all on that stage's barrier (whose transaction count is the whole buffer's). Rows past
         len_q arrive too (the next sequence's, or zeros past the tensor): nothing stores them."""
         tma_Q, tma_Qw, tma_atom_Qw, mQ = q_tma
-        if const_expr(self.pack_rows):
+        if const_expr(self.pack_rows and not isinstance(row_mult, int)):
+            # Row packing possible (run-time row_mult); the constant 1 (the walks' unsplit,
+            # unpacked copy) takes the TMA paths below.
             self.load_q_rows_or_tile(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, row_mult, pack_r, items)
         elif const_expr(self.pack_gqa):
             pipe_q.producer_acquire(q_state)
@@ -1038,22 +1092,24 @@ class RaggedForwardSm90(MmaMainloops):
         pack_r: Int32, items,
     ):  # fmt: skip
         """Q of a tile of a pack_rows class (the whole producer warp 0; the Q stage's full barrier
-        counts its 32 lanes): row packing (row_mult > 1) gathers the tile's packed rows that exist
-        (`gather_q_rows`), each lane arriving through cp.async.mbarrier.arrive.noinc once its
-        copies land; else one TMA load (lane 0 arrives expecting the stage's bytes, lane 1 for the
-        other 31)."""
+        counts one arrival, as every class's): row packing (row_mult > 1) gathers the tile's
+        packed rows that exist (`gather_q_rows`), each lane arriving through
+        cp.async.mbarrier.arrive without .noinc (it adds its own pending arrival, taken when its
+        copies land: no net change) and lane 0 then arriving once (after a warp sync, so every
+        lane's increment precedes it); else Q by TMA exactly as the classes without row packing
+        (producer_acquire: lane 0 arrives expecting the stage's bytes)."""
         tma_Q, tma_Qw, tma_atom_Qw, mQ = q_tma
-        pipe_q.sync_object_empty.wait(q_state.index, q_state.phase)
-        bar = pipe_q.producer_get_barrier(q_state)
         if row_mult != 1:
+            pipe_q.sync_object_empty.wait(q_state.index, q_state.phase)
+            bar = pipe_q.producer_get_barrier(q_state)
             self.gather_q_rows(mQ, sQ[None, None, q_state.index], seqlen, tile, unit, row_mult)
             cute.arch.cp_async_commit_group()
-            cute.arch.cp_async_mbarrier_arrive_noinc(bar)
-        else:
-            lane = cute.arch.lane_idx()
-            if lane == 0:
-                cute.arch.mbarrier_arrive_and_expect_tx(bar, self.bytes_q)
+            cp_async_mbarrier_arrive_inc(bar)
             cute.arch.sync_warp()
+            if cute.arch.lane_idx() == 0:
+                cute.arch.mbarrier_arrive(bar)
+        else:
+            pipe_q.producer_acquire(q_state)
             if const_expr(self.pack_gqa):
                 if pack_r != 1:
                     self.load_q_items(tma_Qw, sQ, tma_atom_Qw, pipe_q, q_state, seqlen, items)
@@ -1061,8 +1117,6 @@ class RaggedForwardSm90(MmaMainloops):
                     self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
             else:
                 self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
-            if lane == 1:
-                cute.arch.mbarrier_arrive(bar, arrive_count=31)
 
     @cute.jit
     def gather_q_rows(self, mQ: cute.Tensor, sQ_stage: cute.Tensor, seqlen: SeqlenInfo, tile: Int32, unit: Int32, g: Int32):
@@ -1233,7 +1287,7 @@ class RaggedForwardSm90(MmaMainloops):
         if warp_idx == 0:
             self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_paged_tile, loads, q_state, kv_state)
         else:
-            self.reader_walk(handoff, mask_numbers, self.load_paged_tile, loads, q_state, kv_state)
+            self.reader_walk(handoff, mask_numbers, self.load_paged_tile, loads, q_state, kv_state, sched=sched)
         cute.arch.cp_async_wait_group(0)
 
     @cute.jit

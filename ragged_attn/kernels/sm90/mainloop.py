@@ -258,7 +258,7 @@ class MmaMainloops:
         for i in cutlass.range(end - begin, unroll=1):
             n_block = end - 1 - i
             release_q = i == release_i
-            if const_expr(self.has_left):
+            if const_expr(self.has_left or not step_args[11].split):
                 release_q = n_block == n_block_min
             kv_state = self.overlap_step(step_args, n_block, kv_state, masked, release_q)
         return kv_state
