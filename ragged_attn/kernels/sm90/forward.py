@@ -481,6 +481,7 @@ class RaggedForwardSm90(MmaMainloops):
             row_mult,
             mQ if const_expr(self.pack_rows) else None,
             num_splits,
+            num_heads // num_heads_kv,
             use_seqused_q,
             use_seqused_k,
             lse_s_max,
@@ -592,6 +593,9 @@ class RaggedForwardSm90(MmaMainloops):
         row_mult: Int32,  # packed rows per token: H_q / H_kv with row packing, else 1 (tile_scheduler.py)
         mQ: Optional[cute.Tensor],  # pack_rows classes: (total_q, H_q, d_qk) for the Q row gather; else None
         num_splits: Int32,  # split-KV splits per tile (1: none; tile_scheduler.py, block_info.py)
+        ratio: Int32,  # H_q / H_kv, divided on the host: a kernel parameter the producer warp reads
+        # from the constant bank (computed in the kernel, its 24 registers rematerialized the
+        # division in every tile, beside kv_head's own)
         use_seqused_q: Int32,
         use_seqused_k: Int32,
         lse_s_max: Int32,
@@ -715,7 +719,6 @@ class RaggedForwardSm90(MmaMainloops):
         sVt = cute.composition(
             sV, cute.make_ordered_layout((self.d_v, self.tile_n, self.num_stages), order=(1, 0, 2))
         )
-        ratio = cute.size(tma_Q.shape[2]) // cute.size(tma_K.shape[2])
         if const_expr(not self.pack_gqa):
             pack_r = 1  # a trace-time constant: the unpacked classes' item arithmetic folds away
         if const_expr(not self.pack_rows):
