@@ -70,10 +70,11 @@ def test_the_classes_that_pack_rows():
         return tile_config(LayoutClass("sm_90a", d, d, "bf16", "bf16", mask, True, kv, sinks=sinks))
 
     assert cfg(128).pack_rows and cfg(128, kv="paged").pack_rows
-    assert cfg(64).pack_rows and cfg(64).pack_gqa  # a launch packs blocks or rows
     assert not cfg(128, sinks=True).pack_rows and not cfg(64, kv="paged").pack_rows
     assert not any(cfg(d, m).pack_rows for d in (64, 128) for m in ("window", "none"))
-    assert not any(cfg(d).pack_rows for d in (32, 96, 256))
+    # d64 causal packs blocks (pack_gqa) only: rows traced in cost its unpacked launches 3-5%.
+    assert cfg(64).pack_gqa and not cfg(64).pack_rows
+    assert not any(cfg(d).pack_rows for d in (32, 64, 96, 256))
 
 
 class Recorder:

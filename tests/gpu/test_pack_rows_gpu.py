@@ -1,8 +1,9 @@
 """GPU tests of row packing (tile_scheduler.py, TileConfig.pack_rows: a unit is one K/V head of a
 sequence, its g = H_q / H_kv query heads' rows packed token-major into the tile's rows; Q by a
-cp.async row gather, O by per-row stores, LSE to (token, head)): the d128 classes (ragged and
-paged) and the d64 192-row class with row packing forced on (launch_forward(pack_rows=True)) and
-off, against the float32 reference.
+cp.async row gather, O by per-row stores, LSE to (token, head)): the d128 causal classes (ragged
+and paged) with row packing forced on (launch_forward(pack_rows=True)) and off, against the
+float32 reference; the d64 192-row class, which packs blocks only (tile_config._tiles), takes the
+same flag and ignores it.
 
 Ragged cases run through tests/gpu/test_kernel_sm90.py's `run_case` (NaN-poisoned caller buffers,
 fresh random inputs, `torch.cuda.set_sync_debug_mode("error")`, |out - ref| <= 2e-2 + 2e-2 |ref|,
@@ -56,7 +57,7 @@ ROW_CASES = {
     "envelope_d112_gqa64": _case(lens_q=[1, 3], lens_k=[3000, 2000], d=112, hq=64, hkv=1),
     "no_lse": _case(lens_q=[1, 5, 1], lens_k=[1000, 2000, 64], lse="none"),
     "mha_g1_ignored": _case(lens_q=[1, 2], lens_k=[700, 300], hq=8, hkv=8),
-    # d64: the 192-row class that also packs blocks (pack_gqa); a launch packs rows or blocks.
+    # d64: the 192-row class packs blocks (pack_gqa), not rows: the flag is ignored.
     "d64_decode_rows": _case(lens_q=[1, 1, 1, 1], lens_k=[4000, 1, 700, 9000], d=64),
     "d64_tails_gqa5": _case(lens_q=[37, 1, 130, 3], lens_k=[3000, 2200, 5000, 64], d=64, hq=10, hkv=2, lse="head"),
     "d64_top_left_gqa7": _case(lens_q=[3, 70, 1], lens_k=[2000, 1500, 800], d=64, hq=14, hkv=2, bottom_right=False),
