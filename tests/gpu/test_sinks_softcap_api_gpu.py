@@ -182,8 +182,10 @@ def test_rows_without_keys_get_zero_and_the_sink_in_each_base():
 @pytest.mark.parametrize("lse_layout", ["head_major", "token_major", "padded"])
 def test_launch_fills_put_the_sink_in_rows_of_sequences(lse_layout):
     """The fill of kernels/sm90/launch.py (fill_without_keys) on the GPU, on the stream, with no
-    sync: out of another dtype than q (so the kernel cannot stand q in for v) and no keys; rows
-    outside every sequence (gaps, the tail) and padded rows past a length keep -inf."""
+    sync: out of another dtype than q (so the kernel cannot stand q in for v) and no keys. The
+    sequences' rows get O = 0 and LSE = the sink, padded LSE rows past a length -inf; rows outside
+    every sequence (gaps, the tail) are not written (the caller's NaN stays in out and a token-row
+    LSE: launch_forward's contract)."""
     from ragged_attn.kernels import sm90
 
     seed = _seed()
@@ -198,13 +200,17 @@ def test_launch_fills_put_the_sink_in_rows_of_sequences(lse_layout):
     with sync_forbidden():
         sm90.launch_forward(lambda *a: pytest.fail("launched"), **backends.kernel_arguments(problem, t, out, lse))
     torch.cuda.synchronize()
-    assert (out == 0).all() and not torch.isnan(lse).any()
     rows = valid_rows(case, args[3])
+    assert (out[rows] == 0).all(), f"seed {seed}: O of the sequences' rows"
     close(_lse_rows(case, lse, args[3]), _lse_rows(case, want, args[3]), f"seed {seed}: lse", atol=1e-5, rtol=0)
     outside = sorted(set(range(problem.total_q)) - set(rows))
-    if lse_layout != "padded" and outside:
+    assert outside, "the case has rows outside every sequence (q_gaps)"
+    assert torch.isnan(out[outside]).all(), f"seed {seed}: out rows outside every sequence written"
+    if lse_layout == "padded":
+        assert not torch.isnan(lse).any(), f"seed {seed}: padded LSE rows left unwritten"
+    else:
         gap = lse[outside] if lse_layout == "token_major" else lse[:, outside]
-        assert (gap == -math.inf).all(), f"seed {seed}: rows outside every sequence"
+        assert torch.isnan(gap).all(), f"seed {seed}: LSE rows outside every sequence written"
 
 
 def test_no_query_rows_with_sinks_leave_padded_lse_minus_inf():
