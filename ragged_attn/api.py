@@ -166,7 +166,10 @@ def attention(
     else:
         layout_class = backends.check_support(problem)
         o, l_ = backends.launch_cute(layout_class, problem, tensors)
-        if fast_key is not None:
+        if fast_key is not None and page_table is None:
+            # The fast path declines page tables (BoundKernel.try_launch): a paged call binds
+            # nothing, so it neither rebinds on every call nor evicts the ragged class bound to
+            # the same options.
             _FAST_PATHS[fast_key] = _bind(layout_class, problem, default_scale=softmax_scale is None)
     return (o, l_) if return_lse else o
 

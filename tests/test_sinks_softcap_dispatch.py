@@ -263,7 +263,7 @@ def test_paged_calls_launch_the_paged_score_classes(on_cuda, option, backend):
     assert (lc.kv, lc.softcap, lc.sinks) == ("paged", *flags)
     assert lc.name.startswith("sm_90a-d64x64-fp16-fp16-causal-nolse-paged")
     assert t.page_table is table and t.seqused_k is used_k and t.sinks is sinks and problem.softcap == softcap
-    assert [b[0] for b in binds] == [lc]  # the options' fast path binds the class (a paged call skips it)
+    assert binds == []  # the fast path declines page tables: a paged call binds nothing
 
     p = ragged_attn.plan(*args, **kwargs, sinks=sinks, softcap=softcap, backend=backend)
     assert p.layout_class == lc and len(launches) == 1  # planned, nothing launched
@@ -601,3 +601,25 @@ def test_no_query_rows_keep_minus_inf_with_sinks(cpu_launch, lse_layout):
     out, lse = backends.launch_cute(backends.layout_class_for(problem), problem, t)
     assert out.shape == (0, 4, 64) and (lse == -math.inf).all() and lse.shape == problem.lse_shape()
     assert cpu_launch.calls == []
+
+
+def test_paged_calls_leave_the_ragged_fast_path_bound(on_cuda):
+    """Ragged and paged calls with the same options alternate (a serving step's prefill and decode
+    halves): the ragged class is bound once and stays bound; the paged calls bind nothing (the
+    fast path declines page tables, and rebinding after each checked call cost ~0.8 ms of host
+    time per paged call on the H200, tools/bench_vllm_mixed.py, 2026-12-03)."""
+    launches, binds = on_cuda
+    ragged_args, ragged_kw = Case(1452, [3, 4], [5, 6], 4, 2, 64, 64, dtype=torch.float16, causal=True).make()
+    paged_args, paged_kw = Case(1453, [3, 4], [5, 6], 4, 2, 64, 64, dtype=torch.float16, causal=True,
+                                page_size=4).make()  # fmt: skip
+    for _ in range(3):
+        ragged_attn.attention(*ragged_args, **ragged_kw)
+        ragged_attn.attention(*paged_args, **paged_kw)
+    # The stand-in's try_launch declines, so every call takes the checked path and each ragged one
+    # binds again; the paged ones bind nothing and the ragged binding survives them.
+    assert [c[0].kv for c in launches] == ["ragged", "paged"] * 3
+    assert [lc.kv for lc, _ in binds] == ["ragged"] * 3
+    assert [b.layout_class.kv for b in api._FAST_PATHS.values()] == ["ragged"]
+    # each is offered the next paged call (which the real try_launch declines) and the next ragged one
+    assert [len(b.calls) for _, b in binds] == [2, 2, 1]
+    assert all(call[8] is None for _, b in binds for call in b.calls[1:])  # the second offer is ragged
