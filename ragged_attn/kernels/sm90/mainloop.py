@@ -15,7 +15,7 @@ Contract rules (tests/gpu/test_kernel_sm90.py: the idle_warpgroups_* and window 
    may wait for block i + 2, whose stage needs those releases first.
 
 Attributes the mixin reads (set by RaggedForwardSm90.__init__): dtype, paged, pingpong, overlap,
-turn_first_gemm, wg_skip, num_mma_warpgroups.
+turn_first_gemm, wg_skip, num_mma_warpgroups, paged_consumer_fence.
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ class MmaMainloops:
         """Wait for a K or V stage. Paged stages are written by cp.async (generic proxy): fence
         them into the async proxy before WGMMA reads them."""
         pipe.consumer_wait(state)
-        if const_expr(self.paged):
+        if const_expr(self.paged and self.paged_consumer_fence):
             cute.arch.fence_view_async_shared()
 
     @cute.jit

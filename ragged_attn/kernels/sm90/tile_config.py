@@ -74,6 +74,11 @@ class TileConfig:
     # of this many keys (one page each) where the page size is a multiple of it (paged_kv.py); off,
     # or other page sizes: the cp.async gather of the whole producer warpgroup.
     page_tma: int = 0
+    # Paged classes: the MMA warpgroups fence the cp.async-written K/V stages into the async proxy
+    # (fence.proxy.async) after each wait, before WGMMA reads them (mainloop.kv_wait). Off: no fence,
+    # as FA3's (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp) and FA4's sm90 paged paths and CUTLASS's
+    # PipelineCpAsync consumers run; a measurement variant (its cost per block), not shipped off.
+    paged_consumer_fence: bool = True
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
