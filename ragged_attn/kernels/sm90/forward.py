@@ -189,6 +189,7 @@ class RaggedForwardSm90(MmaMainloops):
         self.q_first = config.q_first  # load_tile and load_paged_tile
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
         self.paged_consumer_fence = config.paged_consumer_fence  # mainloop.kv_wait: fence cp.async-written stages
+        self.paged_fence_once = config.paged_fence_once  # mainloop.overlap_step: one fence per step, before its GEMMs
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")

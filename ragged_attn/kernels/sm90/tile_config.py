@@ -79,6 +79,10 @@ class TileConfig:
     # as FA3's (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp) and FA4's sm90 paged paths and CUTLASS's
     # PipelineCpAsync consumers run; a measurement variant (its cost per block), not shipped off.
     paged_consumer_fence: bool = True
+    # Paged classes, overlapped mainloop: each step waits for its K stage and the previous block's V
+    # stage first and fences once for both, before the S GEMM is issued (off: K wait + fence, S GEMM,
+    # V wait + fence, P V GEMM: a fence between the two GEMMs' issue). Measurement variant.
+    paged_fence_once: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
