@@ -225,16 +225,12 @@ class BoundKernel:
                         if p + ((batch - 1) * s0 + (max_pages - 1) * s1 + 1) * 4 > lo:
                             return None
                 else:
-                    p = k.data_ptr()
-                    if p < hi:
-                        s0, s1, _ = k.stride()
-                        if p + ((total_k - 1) * s0 + (h_kv - 1) * s1 + d_qk) * 2 > lo:
-                            return None
-                    p = v.data_ptr()
-                    if p < hi:
-                        s0, s1, _ = v.stride()
-                        if p + ((total_k - 1) * s0 + (h_kv - 1) * s1 + d_v) * 2 > lo:
-                            return None
+                    for t, d in ((k, d_qk), (v, d_v)):
+                        p = t.data_ptr()
+                        if p < hi:
+                            s0, s1, _ = t.stride()
+                            if p + ((total_k - 1) * s0 + (h_kv - 1) * s1 + d) * 2 > lo:
+                                return None
                 # The int32 metadata (4-byte elements): the kernel reads it while it writes out. Its
                 # spans are counted as contiguous, (B + 1) and B elements: the entry refuses any other
                 # stride or a cu_seqlens_k of another length before it launches (kernels/sm90/launch.py

@@ -157,6 +157,23 @@ def test_attention_fast_path_across_shapes_and_still_checks():
                               cu_q, cu_k, mq, mk, **kwargs, return_lse=True)
 
 
+def _entry_refuses_then_checked_path_names_it(plan, a, max_k):
+    """The mutated call `a` (its out NaN-poisoned here): the compiled entry refuses it before
+    launching (try_launch gives None, out stays NaN), then Plan.run's checked path raises the named
+    error without writing: ValueError/TypeError, or NotImplementedError where the call is valid but
+    not the kernel's (an fp16 out of bf16 inputs runs on backend="reference")."""
+    if a["out"].is_floating_point():
+        a["out"].fill_(math.nan)
+    assert plan._bound.try_launch(**a) is None
+    torch.cuda.synchronize()
+    assert torch.isnan(a["out"]).all(), "the entry launched although it should have refused"
+    with pytest.raises((ValueError, TypeError, NotImplementedError)):
+        plan.run(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], a["max_q"], max_k, seqused_q=a["seqused_q"],
+                 seqused_k=a["seqused_k"], page_table=a["page_table"], out=a["out"], lse=a["lse"])  # fmt: skip
+    torch.cuda.synchronize()
+    assert torch.isnan(a["out"]).all(), "the checked path wrote before raising"
+
+
 @pytest.mark.parametrize("name", sorted(ENTRY_MUTATIONS))
 def test_the_real_entry_rejects_what_the_fast_path_leaves_to_it(name):
     """tests/test_fast_launch.py models the TVM-FFI entry's checks on the CPU; here the compiled entry
@@ -166,18 +183,7 @@ def test_the_real_entry_rejects_what_the_fast_path_leaves_to_it(name):
     plan = ragged_attn.plan(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 30, causal=True)
     a["out"] = torch.full((40, 8, 128), math.nan, dtype=torch.bfloat16, device="cuda")
     ENTRY_MUTATIONS[name](a)
-    if a["out"].is_floating_point():
-        a["out"].fill_(math.nan)
-    assert plan._bound.try_launch(**a) is None
-    torch.cuda.synchronize()
-    assert torch.isnan(a["out"]).all(), "the entry launched although it should have refused"
-    # The checked path names the problem: ValueError/TypeError, or NotImplementedError where the
-    # call is valid but not the kernel's (an fp16 out of bf16 inputs runs on backend="reference").
-    with pytest.raises((ValueError, TypeError, NotImplementedError)):
-        plan.run(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], a["max_q"], 30, seqused_q=a["seqused_q"],
-                 seqused_k=a["seqused_k"], page_table=a["page_table"], out=a["out"], lse=a["lse"])  # fmt: skip
-    torch.cuda.synchronize()
-    assert torch.isnan(a["out"]).all(), "the checked path wrote before raising"
+    _entry_refuses_then_checked_path_names_it(plan, a, max_k=30)
 
 
 def test_fast_path_serves_the_class_envelope_and_matches_reference():
@@ -275,16 +281,7 @@ def test_the_real_entry_rejects_what_the_paged_fast_path_leaves_to_it(name, kv_l
     plan = _paged_plan(a, kv_layout)
     a["out"] = torch.full((40, 8, 128), math.nan, dtype=torch.bfloat16, device="cuda")
     PAGED_ENTRY_MUTATIONS[name](a, kv_layout)
-    if a["out"].is_floating_point():
-        a["out"].fill_(math.nan)
-    assert plan._bound.try_launch(**a) is None
-    torch.cuda.synchronize()
-    assert torch.isnan(a["out"]).all(), "the entry launched although it should have refused"
-    with pytest.raises((ValueError, TypeError, NotImplementedError)):
-        plan.run(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], a["max_q"], 50, seqused_q=a["seqused_q"],
-                 seqused_k=a["seqused_k"], page_table=a["page_table"], out=a["out"], lse=a["lse"])  # fmt: skip
-    torch.cuda.synchronize()
-    assert torch.isnan(a["out"]).all(), "the checked path wrote before raising"
+    _entry_refuses_then_checked_path_names_it(plan, a, max_k=50)
 
 
 @pytest.mark.parametrize("kv_layout", ["NHD", "HND"])
