@@ -141,7 +141,7 @@ def attention(
         try:
             fast_key = (type(causal), causal, window_size, type(window_size[0]), type(window_size[-1]),
                         type(softmax_scale), softmax_scale, type(return_lse), return_lse, lse_layout, lse_base,
-                        kv_layout, backend, type(softcap), softcap, sinks is None)  # fmt: skip
+                        kv_layout, backend, type(softcap), softcap, sinks is None, page_table is None)  # fmt: skip
             bound = _FAST_PATHS.get(fast_key)
         except (TypeError, IndexError):  # an unhashable option or an empty window: the checked path names it
             bound = fast_key = None
@@ -167,11 +167,15 @@ def attention(
         layout_class = backends.check_support(problem)
         o, l_ = backends.launch_cute(layout_class, problem, tensors)
         if fast_key is not None:
+            # Ragged and paged calls have keys of their own (page_table is None ends the key, and
+            # kv_layout is in it): alternating them (a serving step's prefill and decode halves)
+            # keeps both bindings, each BoundKernel serving its class's K/V kind.
             _FAST_PATHS[fast_key] = _bind(layout_class, problem, default_scale=softmax_scale is None)
     return (o, l_) if return_lse else o
 
 
-# attention's fast paths: option key -> BoundKernel of the last class those options ran on.
+# attention's fast paths: option key (with kv_layout and ragged / paged) -> BoundKernel of the
+# last class those options ran on.
 _FAST_PATHS: dict = {}
 
 
@@ -239,7 +243,8 @@ class Plan:
     `-softcap` class (the cap fixed at plan time) through the fast path; a plan with sinks runs the
     `-sinks` class, each run passing its own `sinks` tensor, also through the fast path (a float32,
     stride-1 (H_q,) tensor on the plan's device; anything else takes the checked path, which names
-    it). Paged plans run these classes too, on the checked path (as every run with a page_table).
+    it). Paged plans run these classes too, through the fast path like ragged ones (each run passes
+    its page pools in the plan's kv_layout, a page_table and seqused_k or cu_seqlens_k).
     On either backend a run must pass sinks exactly when its plan had them.
     """
 
@@ -279,9 +284,11 @@ class Plan:
         (the compiled TVM-FFI entry checks ranks, dtypes, devices, strides, alignment and shared
         extents in C; a Python predicate checks the kernel's limits, H_q % H_kv, the class's head
         dims, the plan's device and that a passed `out` overlaps nothing; fast_launch.py) and
-        launches, in about 10 us of host time on an H200. If a check fails, or the call passes an
-        LSE buffer, page_table or empty tensors, the full checks of `attention` run and raise the
-        named ValueError/TypeError (or serve the call); nothing is written before. softmax_scale
+        launches, in about 10 us of host time on an H200; paged plans too (the predicate then
+        checks the page table's dtype, rows and row stride and the pool's limits as well). If a
+        check fails, or the call passes an LSE buffer, empty tensors or an empty page pool, or a
+        page_table to a ragged plan (or none to a paged one), the full checks of `attention` run
+        and raise the named ValueError/TypeError (or serve the call); nothing is written before. softmax_scale
         left to its default is 1/sqrt(d_qk) of each call's q. A call whose tensors need another
         layout class is a ValueError. sinks: as `attention` (float32 (H_q,)); a plan made with
         sinks needs them on every run and a plan made without refuses them (ValueError: another

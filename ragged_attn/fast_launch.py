@@ -7,19 +7,30 @@ Rules (DESIGN.md contract 4):
   scalars; kernels/sm90/launch.py lists them) and raises ValueError/TypeError; `try_launch` then
   returns None.
 - `try_launch` checks in Python only what that entry cannot see: the call's needs that the fast
-  path leaves to the checked path (a caller's LSE buffer, paged KV, empty tensors), the kernel's
-  limits (tokens, sequences, heads), H_q % H_kv, the class's head-dim envelope, the device of the
-  plan, seqused shapes, and that a caller's `out` overlaps neither itself nor any input (q, k, v,
-  cu_seqlens_q/k, seqused_q/k; a page_table always takes the checked path): data_ptr ranges only.
+  path leaves to the checked path (a caller's LSE buffer, empty tensors or an empty page pool),
+  the K/V kind of the bound class (a ragged class declines a page_table, a paged class needs one),
+  the kernel's limits (tokens, sequences, heads; for page pools max_pages * page_size tokens),
+  H_q % H_kv, the class's head-dim envelope, the device of the plan, seqused shapes, a page table's
+  dtype, B rows and unit row stride, key lengths for page pools (seqused_k or cu_seqlens_k), and
+  that a caller's `out` overlaps neither itself nor any input (q, k, v, cu_seqlens_q/k,
+  seqused_q/k, page_table, sinks): data_ptr ranges only.
 - When any of them fails it returns None and the caller runs the full checks, which raise the
   named error or serve the call. Nothing is written before every check has passed.
 - It reads no device memory and allocates only out / lse, and for a split-KV launch (a call that
   `choose_num_splits` splits: kernels/sm90/split_kv.py) its workspace. A plan without an LSE splits
   through its class's LSE sibling (`BoundKernel._sibling_kernel`, fetched at the first call that
   splits and kept: a sibling not yet compiled, on disk or prebuilt stalls that call for its
-  compile); its unsplit calls pay two integer comparisons more (total_q * H_q and max_seqlen_k
-  against the bounds under which no split is possible), and choose_num_splits' cached call only
-  when both pass. Paged K/V (a page_table) takes the checked path, which splits it too.
+  compile); its unsplit calls pay two integer comparisons more (min(total_q, B * max_seqlen_q) *
+  H_q and max_seqlen_k against the bounds under which no split is possible), and
+  choose_num_splits' cached call only
+  when both pass. Ragged K/V and page pools alike: a paged call's num_splits and pack_rows are
+  chosen as the checked path (kernels/sm90/launch.py `launch_forward` through backends.launch_cute)
+  chooses them, and its splits go through the same workspace and merge.
+Page pools (a paged class): k and v are (num_pages, page_size, H_kv, D) for kv_layout "NHD" or
+(num_pages, H_kv, page_size, D) for "HND" (the bound plan's layout; attention's fast key holds it),
+and reach the entry as kernels/sm90/launch.py `launch_forward` passes them: HND pools as their
+(num_pages, page_size, H_kv, D) views, a one-column page table with stride 1 in dim 1, and
+cu_seqlens_q standing in for a missing cu_seqlens_k (the key lengths are then seqused_k's).
 The argument order of the compiled kernel is asserted against `kernels.sm90.COMPILED_ARGS` at bind
 time, so a kernel change cannot silently shift arguments.
 Issue 14: a `-softcap` class is bound with its plan's cap appended to every call (a wrapper made at
@@ -32,6 +43,7 @@ without sinks to a class with them, returns None (the checked path names the mis
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 
@@ -81,8 +93,12 @@ def _split_tiles(problem: Problem):
     """Where the problem's class may split (kernels/sm90/split_kv.py `split_allowed`): (tile_m,
     tile_n, pack_gqa, min_k, max_rows, sibling) of the class that runs its splits (`lse_sibling`),
     else None. min_k: the fewest keys (max_seqlen_k) that split (MIN_KEY_BLOCKS blocks); max_rows:
-    a call with total_q * H_q >= max_rows (the query (row, head) pairs of at least FILL_FRACTION of
-    a wave of tile_m-pair tiles) fills the SMs unsplit; both are necessary conditions of
+    a call with min(total_q, B * max_seqlen_q) * H_q >= max_rows (the query (row, head) pairs of at
+    least FILL_FRACTION of a wave of tile_m-pair tiles) fills the SMs unsplit: every count of
+    `split_kv.unsplit_tiles` (per-sequence slots, block or row packing) is at least
+    min(total_q, B * max_seqlen_q) * H_q / tile_m tiles, since each slot term has at least one
+    tile of slack per sequence. total_q alone is no bound: rows outside every sequence (a q padded
+    for a CUDA graph) count in total_q but make no tile. Both are necessary conditions of
     choose_num_splits > 1, read as two integer comparisons before its (cached) call. sibling:
     the LSE sibling LayoutClass for a class without an LSE (its kernel is fetched at the first
     call that splits), None for a class with one."""
@@ -106,18 +122,27 @@ def _split_tiles(problem: Problem):
 
 
 def _pack_rows_tile(problem: Problem) -> int:
-    """The tile_m of the problem's class where the class packs rows (TileConfig.pack_rows) and the
-    call has GQA, else 0: try_launch then asks split_kv.choose_pack_rows (cached) per call."""
+    """The tile_m of the problem's class where the class packs rows (TileConfig.pack_rows), else 0:
+    try_launch then asks split_kv.choose_pack_rows (cached) for each call with GQA (H_q > H_kv;
+    the heads are the call's, not the class's: as backends.pack_rows_for asks for the checked path)."""
     from .backends import layout_class_for
     from .kernels.sm90.tile_config import tile_config
 
-    if problem.h_q <= problem.h_kv:
-        return 0
     try:
         cfg = tile_config(layout_class_for(problem))
     except NotImplementedError:
         return 0
     return cfg.tile_m if cfg.pack_rows else 0
+
+
+@functools.cache
+def served_head_dims(own: tuple[int, int] | None) -> frozenset:
+    """The (d_qk, d_v) pairs (multiples of 8 up to 256) whose `head_dim_class` is `own`: a class's
+    envelope. Cached: the 1,024 head_dim_class calls cost ~0.8 ms of Python, once per class (not
+    once per BoundKernel: attention's checked path binds one after each call it serves)."""
+    return frozenset(
+        (dq, dv) for dq in range(8, 257, 8) for dv in range(8, 257, 8) if head_dim_class(dq, dv) == own
+    )
 
 
 class BoundKernel:
@@ -127,11 +152,13 @@ class BoundKernel:
         "_compiled",
         "_device",
         "_dims",
+        "_hnd",
         "_lse_layout",
         "_lse_scale",
         "_num_ctas",
         "_options",
         "_pack_rows",
+        "_paged",
         "_return_lse",
         "_sibling",
         "_sinks_slot",
@@ -164,19 +191,21 @@ class BoundKernel:
             self._device = -1
             self._num_ctas = 1
         # Every (d_qk, d_v) this class serves (its envelope): the checked path would pick it too.
-        own = head_dim_class(problem.d_qk, problem.d_v)
-        self._dims = frozenset(
-            (dq, dv) for dq in range(8, 257, 8) for dv in range(8, 257, 8) if head_dim_class(dq, dv) == own
-        )
+        self._dims = served_head_dims(head_dim_class(problem.d_qk, problem.d_v))
         left, right = problem.window
         scale = None if default_scale else float(problem.softmax_scale)
         self._options = (scale, left, right, 1 if problem.alignment == "bottom_right" else 0)
         self._return_lse = problem.return_lse
+        # The K/V kind is part of the class: a ragged class serves calls without a page table, a
+        # paged class calls with one, its pools in the layout it was bound with.
+        self._paged = problem.kv == "paged"
+        self._hnd = self._paged and problem.kv_layout == "HND"
         self._lse_layout = problem.lse_layout
         self._lse_scale = 1.0 if problem.lse_base == "log2" else _LN2
         self._split = _split_tiles(problem)
         self._pack_rows = _pack_rows_tile(problem)
-        # total_q * H_q at or above this never splits (`_split_tiles`' max_rows, times the SMs).
+        # min(total_q, B * max_seqlen_q) * H_q at or above this never splits (`_split_tiles`'
+        # max_rows, times the SMs).
         self._split_rows = 0 if self._split is None else self._split[4] * self._num_ctas
         self._softcap = problem.softcap
         self._sibling = None  # the LSE sibling's kernel (a class without an LSE), at its first split
@@ -203,18 +232,40 @@ class BoundKernel:
     def try_launch(self, q, k, v, cu_q, cu_k, max_q, seqused_q, seqused_k, page_table, out, lse, max_k=None, sinks=None):
         """Launch and return out or (out, lse); None when the checked path must take the call.
         max_k (max_seqlen_k) sizes nothing here; a value the checked path rejects still sends the
-        call there. sinks: the call's (H_q,) float32 sinks, for a -sinks class only."""
-        if lse is not None or page_table is not None or cu_k is None or type(max_q) is not int:
+        call there. sinks: the call's (H_q,) float32 sinks, for a -sinks class only.
+        A ragged class takes k, v (total_k, H_kv, D) with cu_k; a paged class takes page pools
+        (the bound kv_layout), a page_table (B, max_pages) and cu_k or None (then seqused_k)."""
+        paged = self._paged
+        if lse is not None or (page_table is None) is paged or type(max_q) is not int:
             return None
         if max_k is not None and not (type(max_k) is int and 0 <= max_k < 2**31):
             return None
         try:  # unpacking checks the ranks; a non-tensor fails on .shape
             total_q, h_q, d_qk = q.shape
-            total_k, h_kv, _ = k.shape
-            d_v = v.shape[2]
             batch = cu_q.numel() - 1  # its rank is the TVM-FFI entry's to check
+            if paged:
+                num_pages, a1, a2, _ = k.shape
+                page_size, h_kv = (a2, a1) if self._hnd else (a1, a2)
+                d_v = v.shape[3]
+                rows, max_pages = page_table.shape
+                total_k = num_pages * page_size  # the pool's slots: 0 is the checked path's fill
+                # A sequence's keys are addressed in 32-bit tokens (backends.check_kernel_limits);
+                # the table's rows are contiguous (any stride for one column: launch passes stride 1).
+                if not (
+                    page_table.dtype is _INT32 and rows == batch and 0 < max_pages
+                    and max_pages * page_size < MAX_TOKENS and (max_pages == 1 or page_table.stride(1) == 1)
+                    and (cu_k is not None or seqused_k is not None)
+                ):  # fmt: skip
+                    return None
+            else:
+                if cu_k is None:
+                    return None
+                total_k, h_kv, _ = k.shape
+                d_v = v.shape[2]
+                if total_k >= MAX_TOKENS:
+                    return None
             if not (
-                0 < total_q < MAX_TOKENS and 0 < total_k < MAX_TOKENS and 0 < batch <= MAX_BATCH
+                0 < total_q < MAX_TOKENS and 0 < total_k and 0 < batch <= MAX_BATCH
                 and 0 < h_kv <= h_q <= MAX_HEADS and h_q % h_kv == 0 and 0 < max_q < 2**31
                 and (d_qk, d_v) in self._dims and q.get_device() == self._device
             ):  # fmt: skip
@@ -248,16 +299,25 @@ class BoundKernel:
                     s0, s1, _ = q.stride()
                     if p + ((total_q - 1) * s0 + (h_q - 1) * s1 + d_qk) * 2 > lo:
                         return None
-                p = k.data_ptr()
-                if p < hi:
-                    s0, s1, _ = k.stride()
-                    if p + ((total_k - 1) * s0 + (h_kv - 1) * s1 + d_qk) * 2 > lo:
-                        return None
-                p = v.data_ptr()
-                if p < hi:
-                    s0, s1, _ = v.stride()
-                    if p + ((total_k - 1) * s0 + (h_kv - 1) * s1 + d_v) * 2 > lo:
-                        return None
+                if paged:  # the pools' spans (any layout: the tensors' own extents and strides)
+                    for pool, d in ((k, d_qk), (v, d_v)):
+                        p = pool.data_ptr()
+                        if p < hi:
+                            s0, s1, s2, _ = pool.stride()
+                            if p + ((num_pages - 1) * s0 + (a1 - 1) * s1 + (a2 - 1) * s2 + d) * 2 > lo:
+                                return None
+                    p = page_table.data_ptr()  # the kernel reads the table while it writes out
+                    if p < hi:
+                        s0, s1 = page_table.stride()
+                        if p + ((batch - 1) * s0 + (max_pages - 1) * s1 + 1) * 4 > lo:
+                            return None
+                else:
+                    for t, d in ((k, d_qk), (v, d_v)):
+                        p = t.data_ptr()
+                        if p < hi:
+                            s0, s1, _ = t.stride()
+                            if p + ((total_k - 1) * s0 + (h_kv - 1) * s1 + d) * 2 > lo:
+                                return None
                 # The int32 metadata (4-byte elements): the kernel reads it while it writes out. Its
                 # spans are counted as contiguous, (B + 1) and B elements: the entry refuses any other
                 # stride or a cu_seqlens_k of another length before it launches (kernels/sm90/launch.py
@@ -265,9 +325,10 @@ class BoundKernel:
                 p = cu_q.data_ptr()
                 if p < hi and p + (batch + 1) * 4 > lo:
                     return None
-                p = cu_k.data_ptr()
-                if p < hi and p + (batch + 1) * 4 > lo:
-                    return None
+                if cu_k is not None:  # (a paged call may leave it to seqused_k)
+                    p = cu_k.data_ptr()
+                    if p < hi and p + (batch + 1) * 4 > lo:
+                        return None
                 if flag_q:
                     p = used_q.data_ptr()
                     if p < hi and p + batch * 4 > lo:
@@ -292,10 +353,20 @@ class BoundKernel:
         scale, left, right, bottom_right = self._options
         if scale is None:
             scale = d_qk**-0.5
+        if paged:  # the arguments as kernels/sm90/launch.py launch_forward passes a paged call's
+            if self._hnd:  # (num_pages, page_size, H_kv, D) views of (num_pages, H_kv, page_size, D)
+                k, v = k.transpose(1, 2), v.transpose(1, 2)
+            if max_pages == 1 and page_table.stride(1) != 1:  # one column: its stride is never used
+                page_table = page_table.as_strided(page_table.shape, (page_table.stride(0), 1))
+            if cu_k is None:  # the key lengths are seqused_k's; any (B + 1,) int32 fills the slot
+                cu_k = cu_q
         if not self._return_lse:  # the common call, spelled out: one shared call site costs ~0.3 us
-            if total_q * h_q < self._split_rows and type(max_k) is int and max_k >= self._split[3]:
+            # (row, head) pairs that can make tiles: rows outside every sequence make none
+            pairs = (total_q if total_q < batch * max_q else batch * max_q) * h_q
+            if pairs < self._split_rows and type(max_k) is int and max_k >= self._split[3]:
                 return self._launch_split_nolse(
-                    q, k, v, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, max_k, h_kv, scale, out
+                    q, k, v, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, max_k, h_kv, scale, out,
+                    page_table,
                 )  # fmt: skip
             if out is None:  # the kernels write q's dtype (check_support); new_empty parses least
                 out = q.new_empty((total_q, h_q, d_v))
@@ -306,8 +377,9 @@ class BoundKernel:
             try:
                 self._compiled(
                     q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
-                    scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), None, 1,
-                    choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows) if self._pack_rows else 0,
+                    scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), page_table, 1,
+                    choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows)
+                    if self._pack_rows and h_q != h_kv else 0,
                 )  # fmt: skip
             except (ValueError, TypeError):  # the TVM-FFI entry's checks, before any launch
                 return None
@@ -341,10 +413,12 @@ class BoundKernel:
             splits = choose_num_splits(
                 batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, tile_m, tile_n, pack_gqa, self._split[6]
             )  # fmt: skip
-        pack_rows = choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, s_max) if self._pack_rows else 0
+        pack_rows = 0
+        if self._pack_rows and h_q != h_kv:
+            pack_rows = choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, s_max)
         args = (
             q, k, v, out, lse.view(-1), cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, s_max,
-            scale, left, right, bottom_right, *strides, self._lse_scale, self._num_ctas, tile_counter(q), None, 1,
+            scale, left, right, bottom_right, *strides, self._lse_scale, self._num_ctas, tile_counter(q), page_table, 1,
             pack_rows,
         )  # fmt: skip
         try:
@@ -359,14 +433,17 @@ class BoundKernel:
             return None
         return out, lse
 
-    def _launch_split_nolse(self, q, k, v, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, max_k, h_kv, scale, out):
+    def _launch_split_nolse(
+        self, q, k, v, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, max_k, h_kv, scale, out, page_table,
+    ):  # fmt: skip
         """try_launch's no-LSE call that may split (its two integer tests passed; never a -sinks
         class: split_allowed): choose_num_splits over host integers; S > 1 runs the LSE sibling's
         kernel (`_sibling_kernel`) into a workspace whose merged LSE is dropped (split_kv.run_splits);
-        S = 1, or no sibling to be had, is the plain launch. Returns out, or None (the TVM-FFI
-        entry refused the arguments before any launch)."""
+        S = 1, or no sibling to be had, is the plain launch. k, v, cu_k and page_table as try_launch
+        passes them to the kernel (a paged class's pools as (num_pages, page_size, H_kv, D) views).
+        Returns out, or None (the TVM-FFI entry refused the arguments before any launch)."""
         total_q, h_q, _ = q.shape
-        d_v = v.shape[2]
+        d_v = v.shape[-1]
         tile_m, tile_n, pack_gqa = self._split[:3]
         splits = choose_num_splits(
             batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, tile_m, tile_n, pack_gqa, self._split[6]
@@ -384,8 +461,8 @@ class BoundKernel:
         left, right, bottom_right = self._options[1:]
         args = (
             q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
-            scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), None, 1,
-            choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows) if self._pack_rows else 0,
+            scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), page_table, 1,
+            choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows) if self._pack_rows and h_q != h_kv else 0,
         )  # fmt: skip
         try:
             if splits == 1 or sibling is None:

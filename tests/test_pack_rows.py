@@ -117,3 +117,26 @@ def test_launch_paths_pass_the_choice(hkv, want, monkeypatch):
     BoundKernel(rec, problem).try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, out, None, None)
     assert [c["pack_rows"] for c in rec.calls] == [want, 1, 0, want]
     assert all(c["num_splits"] == 1 for c in rec.calls)
+
+
+def test_fast_path_asks_per_call_heads(monkeypatch):
+    """The heads are the call's, not the class's: a BoundKernel bound by an MHA call (H_q == H_kv)
+    packs the rows of a later GQA call of the same class as the checked launch does, and an MHA call
+    of a class bound by a GQA call does not pack."""
+    from ragged_attn import backends
+    from ragged_attn.fast_launch import BoundKernel
+    from ragged_attn.problem import build_problem
+
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    calls = {hkv: _decode_problem(hkv=hkv) for hkv in (32, 8)}
+    problems = {hkv: build_problem(*c, 1, 300, causal=True)[0] for hkv, c in calls.items()}
+    lc = backends.layout_class_for(problems[32])
+    assert lc == backends.layout_class_for(problems[8])
+    for bound_hkv, call_hkv in ((32, 8), (8, 32)):
+        rec = Recorder()
+        out = torch.empty(4, 32, 128, dtype=torch.bfloat16)
+        q, k, v, cu_q, cu_k = calls[call_hkv]
+        bound = BoundKernel(rec, problems[bound_hkv])
+        assert bound.try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, out, None, None) is not None
+        assert [c["pack_rows"] for c in rec.calls] == [int(backends.pack_rows_for(lc, problems[call_hkv]))]
+        assert rec.calls[0]["pack_rows"] == (call_hkv == 8)

@@ -263,7 +263,8 @@ def test_paged_calls_launch_the_paged_score_classes(on_cuda, option, backend):
     assert (lc.kv, lc.softcap, lc.sinks) == ("paged", *flags)
     assert lc.name.startswith("sm_90a-d64x64-fp16-fp16-causal-nolse-paged")
     assert t.page_table is table and t.seqused_k is used_k and t.sinks is sinks and problem.softcap == softcap
-    assert [b[0] for b in binds] == [lc]  # the options' fast path binds the class (a paged call skips it)
+    ((bound_lc, _),) = binds  # the paged class is bound under a paged key of its own
+    assert bound_lc == lc and [key[-1] for key in api._FAST_PATHS] == [False]  # page_table is None: False
 
     p = ragged_attn.plan(*args, **kwargs, sinks=sinks, softcap=softcap, backend=backend)
     assert p.layout_class == lc and len(launches) == 1  # planned, nothing launched
@@ -272,7 +273,8 @@ def test_paged_calls_launch_the_paged_score_classes(on_cuda, option, backend):
     run_lc, run_problem, run_t = launches[-1]
     assert run_lc == lc and run_t.page_table is table and run_t.sinks is run_sinks
     assert run_problem.softcap == softcap and run_problem.kv == "paged"
-    assert len(p._bound.calls) == 1  # offered to the fast path first (it declines a page table)
+    assert len(p._bound.calls) == 1  # offered to the fast path first (the stand-in declines)
+    assert p._bound.calls[0][8] is table  # the run's page table
 
 
 def test_flash_attn_adapters_pass_learnable_sink_and_softcap_with_a_page_table(on_cuda):
@@ -601,3 +603,46 @@ def test_no_query_rows_keep_minus_inf_with_sinks(cpu_launch, lse_layout):
     out, lse = backends.launch_cute(backends.layout_class_for(problem), problem, t)
     assert out.shape == (0, 4, 64) and (lse == -math.inf).all() and lse.shape == problem.lse_shape()
     assert cpu_launch.calls == []
+
+
+def test_ragged_and_paged_calls_keep_a_binding_each(on_cuda):
+    """Ragged and paged calls with the same options alternate (a serving step's prefill and decode
+    halves): each kind has a key of its own (page_table is None ends the key), so a paged call
+    neither evicts the ragged binding nor is offered to it, and vice versa (rebinding after every
+    checked call cost ~0.8 ms of host time per paged call on the H200, tools/bench_vllm_mixed.py,
+    2026-12-03)."""
+    launches, binds = on_cuda
+    ragged_args, ragged_kw = Case(1452, [3, 4], [5, 6], 4, 2, 64, 64, dtype=torch.float16, causal=True).make()
+    paged_args, paged_kw = Case(1453, [3, 4], [5, 6], 4, 2, 64, 64, dtype=torch.float16, causal=True,
+                                page_size=4).make()  # fmt: skip
+    for _ in range(3):
+        ragged_attn.attention(*ragged_args, **ragged_kw)
+        ragged_attn.attention(*paged_args, **paged_kw)
+    # The stand-in's try_launch declines, so every call takes the checked path and binds again,
+    # under its own kind's key: two bindings live side by side.
+    assert [c[0].kv for c in launches] == ["ragged", "paged"] * 3
+    assert [lc.kv for lc, _ in binds] == ["ragged", "paged"] * 3
+    assert sorted(b.layout_class.kv for b in api._FAST_PATHS.values()) == ["paged", "ragged"]
+    keys = {b.layout_class.kv: key for key, b in api._FAST_PATHS.items()}
+    ragged_key, paged_key = keys["ragged"], keys["paged"]
+    assert ragged_key[:-1] == paged_key[:-1] and (ragged_key[-1], paged_key[-1]) == (True, False)
+    # Each binding is offered only the next call of its kind; the last two were offered none.
+    assert [len(b.calls) for _, b in binds] == [1, 1, 1, 1, 0, 0]
+    assert all((call[8] is None) == (lc.kv == "ragged") for lc, b in binds for call in b.calls)
+
+
+def test_paged_calls_of_each_kv_layout_keep_a_binding_each(on_cuda):
+    """kv_layout is part of the key: NHD and HND pools of the same options bind one class each
+    (the same paged class: the layout is run time) and are never offered to the other's binding."""
+    launches, binds = on_cuda
+    calls = [
+        Case(1460, [3, 4], [5, 6], 4, 2, 64, 64, dtype=torch.float16, page_size=4, kv_layout=layout).make()
+        for layout in ("NHD", "HND")
+    ]
+    for _ in range(2):
+        for args, kw in calls:
+            ragged_attn.attention(*args, **kw)
+    assert [t.page_table is not None for _, _, t in launches] == [True] * 4
+    assert len(api._FAST_PATHS) == 2 and {key[11] for key in api._FAST_PATHS} == {"NHD", "HND"}
+    assert len({lc for lc, _ in binds}) == 1  # one paged class serves both layouts
+    assert [len(b.calls) for _, b in binds] == [1, 1, 0, 0]

@@ -573,6 +573,123 @@ def test_launch_cute_nolse_runs_the_sibling(paged, monkeypatch):
     _check_out(out, want_o, inside, False, False)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_fast_path_prefilter_is_a_necessary_condition(seed):
+    """fast_launch's no-LSE prefilter skips choose_num_splits where min(total_q, B * max_seqlen_q) *
+    H_q reaches FILL_FRACTION * tile_m * SMs: no call it skips may split, padded q rows included
+    (total_q far above the sequences' rows)."""
+    from ragged_attn.kernels.sm90.split_kv import FILL_FRACTION
+
+    rng = random.Random(seed)
+    for _ in range(400):
+        batch = rng.randint(1, 64)
+        max_q = rng.choice([1, 2, 3, 7, 64, 130, 700])
+        total_q = rng.choice([batch, batch * max_q, rng.randint(1, 4096), 8192])
+        h_kv = rng.choice([1, 2, 4, 8])
+        h_q = h_kv * rng.choice([1, 2, 4, 7, 8])
+        tile_m, sms = rng.choice([128, 192]), rng.choice([1, 16, 132])
+        pack_gqa, pack_rows = rng.random() < 0.5, rng.random() < 0.5
+        pairs = min(total_q, batch * max_q) * h_q
+        if pairs >= FILL_FRACTION * tile_m * sms:
+            got = choose_num_splits(batch, total_q, max_q, 1 << 20, h_q, h_kv, sms, tile_m, 128, pack_gqa, pack_rows)
+            assert got == 1, (batch, total_q, max_q, h_q, h_kv, tile_m, sms, pack_gqa, pack_rows)
+
+
+class _Recorder:
+    """A stand-in compiled function that records each call's arguments and writes nothing."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+
+@pytest.mark.parametrize("q_rows", [3, 2048])
+@pytest.mark.parametrize("lse_layout", [None, "token_major", "head_major"])
+@pytest.mark.parametrize("kv_layout,with_cu_k", [("NHD", False), ("HND", False), ("NHD", True)])
+def test_paged_fast_path_splits_as_the_checked_path(kv_layout, with_cu_k, lse_layout, q_rows, monkeypatch):
+    """A paged decode call that split-KV splits (132 SMs; d128 causal, GQA 8/2, page 16): the
+    checked path (backends.launch_cute, the problem on a CUDA device) and the paged class's fast
+    path (BoundKernel.try_launch) choose the same num_splits (> 1) and pack_rows (1) and call the
+    same kernel (the class's own; without an LSE its LSE sibling, the own kernel not at all) with
+    the same arguments: the pools as (num_pages, page_size, H_kv, D) views, the page table, cu_k
+    or cu_seqlens_q in its slot, the scalars; the workspace's out / lse_flat of the same shapes and
+    strides (each path allocates its own). q_rows 2048: q padded past its 2 sequences' rows (as
+    for a CUDA graph's fixed batch): total_q * H_q passes a wave of tiles, but those rows make no
+    tile, so both paths still split."""
+    import dataclasses
+
+    from ragged_attn import backends, compile_cache
+    from ragged_attn.fast_launch import BoundKernel
+    from ragged_attn.problem import build_problem
+
+    t, _, _, _ = _nolse_call(seed=9, paged=True)
+    t["q"] = torch.cat([t["q"], torch.randn(q_rows - 3, *t["q"].shape[1:]).to(t["q"].dtype)])
+    kp, vp, table = t["k"], t["v"], t["table"]
+    if kv_layout == "HND":
+        kp, vp = kp.transpose(1, 2).contiguous(), vp.transpose(1, 2).contiguous()
+    used_k = torch.tensor(t["lens_k"], dtype=torch.int32)
+    cu_k, seqused_k = (t["cu_k"], None) if with_cu_k else (None, used_k)
+    total_q, hq, d = t["q"].shape
+    options = dict(causal=True, return_lse=lse_layout is not None, lse_layout=lse_layout or "head_major")
+    call = (t["q"], kp, vp, t["cu_q"], cu_k, t["max_q"], 1500)
+    lse_shape = (total_q, hq) if lse_layout == "token_major" else (hq, total_q)
+    # The checked path: a caller's out (and LSE) so that nothing is allocated on the stand-in device.
+    out = torch.full((total_q, hq, d), math.nan, dtype=torch.bfloat16)
+    lse = torch.full(lse_shape, math.nan) if lse_layout else None
+    problem, tensors = build_problem(
+        *call, seqused_k=seqused_k, page_table=table, kv_layout=kv_layout, out=out, lse=lse, **options
+    )  # fmt: skip
+    layout_class = backends.layout_class_for(problem)
+    assert layout_class.kv == "paged" and layout_class.lse == (lse_layout is not None)
+    sibling_class = dataclasses.replace(layout_class, lse=True)
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    kernels = {}
+
+    def get_kernel(cls, compile_fn, **kw):
+        return kernels.setdefault(cls, _Recorder())
+
+    monkeypatch.setattr(compile_cache, "get_kernel", get_kernel)
+    cuda_problem = dataclasses.replace(problem, device=torch.device("cuda", 0))  # num_splits_for's SM count
+    assert backends.pack_rows_for(layout_class, cuda_problem)
+    want_splits = backends.num_splits_for(layout_class, cuda_problem)
+    assert want_splits > 1
+    backends.launch_cute(layout_class, cuda_problem, tensors)
+    checked, kernels = kernels, {}
+    # The fast path: the plan's problem (no out / LSE buffer), the SM count of the same device.
+    bound_problem, _ = build_problem(*call, seqused_k=seqused_k, page_table=table, kv_layout=kv_layout, **options)
+    bound = BoundKernel(get_kernel(layout_class, None), bound_problem, default_scale=True)
+    monkeypatch.setattr(bound, "_num_ctas", 132)
+    monkeypatch.setattr(bound, "_split_rows", 0 if bound._split is None else bound._split[4] * 132)
+    got = bound.try_launch(t["q"], kp, vp, t["cu_q"], cu_k, t["max_q"], None, seqused_k, table, None, None, 1500)
+    assert got is not None, "the fast path declined the paged call"
+    runs = sibling_class if lse_layout is None else layout_class
+    fetched = {layout_class, sibling_class} if lse_layout is None else {layout_class}
+    assert set(checked) == set(kernels) == fetched
+    if lse_layout is None:
+        assert checked[layout_class].calls == kernels[layout_class].calls == [], "the own kernel ran a split call"
+    (want_args,), (got_args,) = checked[runs].calls, kernels[runs].calls
+    assert len(want_args) == len(got_args) == len(COMPILED_ARGS)
+    assert want_args[POS["num_splits"]] == got_args[POS["num_splits"]] == want_splits
+    assert want_args[POS["pack_rows"]] == got_args[POS["pack_rows"]] == 1
+    assert got_args[POS["page_table"]] is table
+    # Allocated by each path: the workspace's out and lse_flat, the tile counter; lse_scale: the
+    # base of a no-LSE call's workspace LSE, merged in that base and dropped (the fast path: log2).
+    allocated = {POS["out"], POS["lse_flat"], POS["tile_counter"]}
+    if lse_layout is None:
+        allocated.add(POS["lse_scale"])
+    for name, i in POS.items():
+        w, g = want_args[i], got_args[i]
+        if isinstance(w, torch.Tensor) or isinstance(g, torch.Tensor):
+            assert isinstance(w, torch.Tensor) and isinstance(g, torch.Tensor), name
+            assert (w.shape, w.stride(), w.dtype) == (g.shape, g.stride(), g.dtype), name
+            if i not in allocated:
+                assert w.data_ptr() == g.data_ptr(), name
+        elif i not in allocated:
+            assert (w == pytest.approx(g)) if isinstance(w, float) else w == g, (name, w, g)
+
+
 def test_fast_path_nolse_splits_through_the_cached_sibling(monkeypatch):
     """BoundKernel.try_launch of a no-LSE plan: a decode call that choose_num_splits splits runs the
     LSE sibling's kernel, fetched from compile_cache at the first split call only and cached on the

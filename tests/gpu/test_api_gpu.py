@@ -11,7 +11,7 @@ import ragged_attn
 from ragged_attn.compat.flash_attn import flash_attn_varlen_func
 from ragged_attn.compat.flashinfer import cudnn_batch_prefill_with_kv_cache
 from tests.cases import Case, close, valid_rows
-from tests.fast_path_cases import ENTRY_MUTATIONS, base_arguments
+from tests.fast_path_cases import ENTRY_MUTATIONS, PAGED_ENTRY_MUTATIONS, base_arguments, paged_base_arguments
 
 pytestmark = [
     pytest.mark.gpu,
@@ -157,6 +157,23 @@ def test_attention_fast_path_across_shapes_and_still_checks():
                               cu_q, cu_k, mq, mk, **kwargs, return_lse=True)
 
 
+def _entry_refuses_then_checked_path_names_it(plan, a, max_k):
+    """The mutated call `a` (its out NaN-poisoned here): the compiled entry refuses it before
+    launching (try_launch gives None, out stays NaN), then Plan.run's checked path raises the named
+    error without writing: ValueError/TypeError, or NotImplementedError where the call is valid but
+    not the kernel's (an fp16 out of bf16 inputs runs on backend="reference")."""
+    if a["out"].is_floating_point():
+        a["out"].fill_(math.nan)
+    assert plan._bound.try_launch(**a) is None
+    torch.cuda.synchronize()
+    assert torch.isnan(a["out"]).all(), "the entry launched although it should have refused"
+    with pytest.raises((ValueError, TypeError, NotImplementedError)):
+        plan.run(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], a["max_q"], max_k, seqused_q=a["seqused_q"],
+                 seqused_k=a["seqused_k"], page_table=a["page_table"], out=a["out"], lse=a["lse"])  # fmt: skip
+    torch.cuda.synchronize()
+    assert torch.isnan(a["out"]).all(), "the checked path wrote before raising"
+
+
 @pytest.mark.parametrize("name", sorted(ENTRY_MUTATIONS))
 def test_the_real_entry_rejects_what_the_fast_path_leaves_to_it(name):
     """tests/test_fast_launch.py models the TVM-FFI entry's checks on the CPU; here the compiled entry
@@ -166,18 +183,7 @@ def test_the_real_entry_rejects_what_the_fast_path_leaves_to_it(name):
     plan = ragged_attn.plan(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 30, causal=True)
     a["out"] = torch.full((40, 8, 128), math.nan, dtype=torch.bfloat16, device="cuda")
     ENTRY_MUTATIONS[name](a)
-    if a["out"].is_floating_point():
-        a["out"].fill_(math.nan)
-    assert plan._bound.try_launch(**a) is None
-    torch.cuda.synchronize()
-    assert torch.isnan(a["out"]).all(), "the entry launched although it should have refused"
-    # The checked path names the problem: ValueError/TypeError, or NotImplementedError where the
-    # call is valid but not the kernel's (an fp16 out of bf16 inputs runs on backend="reference").
-    with pytest.raises((ValueError, TypeError, NotImplementedError)):
-        plan.run(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], a["max_q"], 30, seqused_q=a["seqused_q"],
-                 seqused_k=a["seqused_k"], page_table=a["page_table"], out=a["out"], lse=a["lse"])  # fmt: skip
-    torch.cuda.synchronize()
-    assert torch.isnan(a["out"]).all(), "the checked path wrote before raising"
+    _entry_refuses_then_checked_path_names_it(plan, a, max_k=30)
 
 
 def test_fast_path_serves_the_class_envelope_and_matches_reference():
@@ -256,3 +262,62 @@ def test_paged_plan_runs_new_page_tables():
     got = plan.run(*args2, page_table=kwargs2["page_table"], seqused_k=kwargs2["seqused_k"])
     want = ragged_attn.attention(*args2, **kwargs2, backend="reference")
     close(got, want, "paged plan")
+
+
+# --- page pools on the fast path (branch wip/paged-fast-path) -------------------------------------
+
+
+def _paged_plan(a, kv_layout):
+    return ragged_attn.plan(a["q"], a["k"], a["v"], a["cu_q"], None, 30, 50, page_table=a["page_table"],
+                            seqused_k=a["seqused_k"], kv_layout=kv_layout, causal=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("kv_layout", ["NHD", "HND"])
+@pytest.mark.parametrize("name", sorted(PAGED_ENTRY_MUTATIONS))
+def test_the_real_entry_rejects_what_the_paged_fast_path_leaves_to_it(name, kv_layout):
+    """tests/test_fast_launch.py's EntryModel models a paged class's entry on the CPU; here the
+    compiled paged entry must reject each such call before launching, and the checked path name it."""
+    a = paged_base_arguments(kv_layout, "cuda", seed=7)
+    plan = _paged_plan(a, kv_layout)
+    a["out"] = torch.full((40, 8, 128), math.nan, dtype=torch.bfloat16, device="cuda")
+    PAGED_ENTRY_MUTATIONS[name](a, kv_layout)
+    _entry_refuses_then_checked_path_names_it(plan, a, max_k=50)
+
+
+@pytest.mark.parametrize("kv_layout", ["NHD", "HND"])
+@pytest.mark.parametrize("with_cu_k", [False, True])
+def test_paged_fast_path_matches_reference(kv_layout, with_cu_k):
+    """A paged plan's fast path (seqused_k or cu_seqlens_k for the key lengths, a one-column table
+    of column stride 4 included) against the reference; attention's second paged call is served
+    by the fast path (launch_cute is not reached) and the ragged binding of the same options stays."""
+    from ragged_attn import api, backends
+
+    a = paged_base_arguments(kv_layout, "cuda", seed=9)
+    if with_cu_k:
+        a["cu_k"], a["seqused_k"] = torch.tensor([0, 20, 70], dtype=torch.int32, device="cuda"), None
+    plan = ragged_attn.plan(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 50, page_table=a["page_table"],
+                            seqused_k=a["seqused_k"], kv_layout=kv_layout, causal=True)  # fmt: skip
+    kw = dict(seqused_k=a["seqused_k"], page_table=a["page_table"], kv_layout=kv_layout, causal=True)
+    want = ragged_attn.attention(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 50, **kw, backend="reference")
+    out = torch.full((40, 8, 128), math.nan, dtype=torch.bfloat16, device="cuda")
+    assert plan._bound.try_launch(**dict(a, out=out)) is out
+    close(out, want, f"paged fast path {kv_layout}")
+    ragged_attn.attention(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 50, **kw)  # binds the paged key
+    launch_cute = backends.launch_cute
+    try:
+        backends.launch_cute = lambda *x, **y: pytest.fail("the second paged call took the checked path")
+        got = ragged_attn.attention(a["q"], a["k"], a["v"], a["cu_q"], a["cu_k"], 30, 50, **kw)
+    finally:
+        backends.launch_cute = launch_cute
+    close(got, want, f"attention paged fast path {kv_layout}")
+    assert any(key[-1] is False and key[11] == kv_layout for key in api._FAST_PATHS)
+    # One column of column stride 4: the fast path passes it with stride 1 (launch_forward's fix).
+    one = torch.zeros(2, 4, dtype=torch.int32, device="cuda")
+    one[:, 0] = torch.tensor([3, 5], dtype=torch.int32)
+    short = dict(a, page_table=one[:, ::4], cu_k=None, seqused_k=torch.tensor([16, 9], dtype=torch.int32, device="cuda"))
+    out = torch.full((40, 8, 128), math.nan, dtype=torch.bfloat16, device="cuda")
+    assert plan._bound.try_launch(**dict(short, out=out)) is out
+    want = ragged_attn.attention(a["q"], a["k"], a["v"], a["cu_q"], None, 30, 16, seqused_k=short["seqused_k"],
+                                 page_table=short["page_table"], kv_layout=kv_layout, causal=True,
+                                 backend="reference")  # fmt: skip
+    close(out, want, f"one-column table {kv_layout}")

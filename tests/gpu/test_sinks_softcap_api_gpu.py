@@ -182,8 +182,10 @@ def test_rows_without_keys_get_zero_and_the_sink_in_each_base():
 @pytest.mark.parametrize("lse_layout", ["head_major", "token_major", "padded"])
 def test_launch_fills_put_the_sink_in_rows_of_sequences(lse_layout):
     """The fill of kernels/sm90/launch.py (fill_without_keys) on the GPU, on the stream, with no
-    sync: out of another dtype than q (so the kernel cannot stand q in for v) and no keys; rows
-    outside every sequence (gaps, the tail) and padded rows past a length keep -inf."""
+    sync: out of another dtype than q (so the kernel cannot stand q in for v) and no keys. The
+    sequences' rows get O = 0 and LSE = the sink, padded LSE rows past a length -inf; rows outside
+    every sequence (gaps, the tail) are not written (the caller's NaN stays in out and a token-row
+    LSE: launch_forward's contract)."""
     from ragged_attn.kernels import sm90
 
     seed = _seed()
@@ -198,13 +200,17 @@ def test_launch_fills_put_the_sink_in_rows_of_sequences(lse_layout):
     with sync_forbidden():
         sm90.launch_forward(lambda *a: pytest.fail("launched"), **backends.kernel_arguments(problem, t, out, lse))
     torch.cuda.synchronize()
-    assert (out == 0).all() and not torch.isnan(lse).any()
     rows = valid_rows(case, args[3])
+    assert (out[rows] == 0).all(), f"seed {seed}: O of the sequences' rows"
     close(_lse_rows(case, lse, args[3]), _lse_rows(case, want, args[3]), f"seed {seed}: lse", atol=1e-5, rtol=0)
     outside = sorted(set(range(problem.total_q)) - set(rows))
-    if lse_layout != "padded" and outside:
+    assert outside, "the case has rows outside every sequence (q_gaps)"
+    assert torch.isnan(out[outside]).all(), f"seed {seed}: out rows outside every sequence written"
+    if lse_layout == "padded":
+        assert not torch.isnan(lse).any(), f"seed {seed}: padded LSE rows left unwritten"
+    else:
         gap = lse[outside] if lse_layout == "token_major" else lse[:, outside]
-        assert (gap == -math.inf).all(), f"seed {seed}: rows outside every sequence"
+        assert torch.isnan(gap).all(), f"seed {seed}: LSE rows outside every sequence written"
 
 
 def test_no_query_rows_with_sinks_leave_padded_lse_minus_inf():
@@ -384,10 +390,9 @@ def test_paged_attention_matches_reference(case, with_sinks, softcap):
 
 def test_paged_plan_runs_new_pools_and_sinks_and_ragged_calls_follow_paged_ones():
     """A plan with a page table, sinks and a softcap takes each run's pool, page table, lengths and
-    sinks (runs with a page table take the checked path), compiling nothing more. Then attention
-    with the same options on page pools, on ragged K/V and on page pools again: the options' fast
-    path is bound to the paged class after the first call (its entry refuses ragged tensors, so the
-    checked path runs the ragged class), then to the ragged one."""
+    sinks (through the paged fast path, or the checked path where its predicate declines),
+    compiling nothing more. Then attention with the same options on page pools, on ragged K/V and on
+    page pools again: ragged and paged calls bind a class each, under keys of their own."""
     seed = _seed()
     extra = {"softmax_scale": 0.5, "softcap": 6.0}
     case = Case(seed, [70, 0, 129], [70, 3, 300], 8, 2, 128, 128, dtype=torch.bfloat16, causal=True,

@@ -282,7 +282,7 @@ def test_library_splits_nolse_decode_batches(caller_out, paged):
     """attention and Plan.run without an LSE on a decode batch the heuristic splits: out only, equal
     to the reference backend's; a caller's out keeps its row outside every sequence (NaN). The
     first split call fetches (or compiles) the LSE sibling; Plan.run's second call is the bound
-    fast path (ragged; a page table takes the checked path)."""
+    fast path (ragged and paged: a paged class's BoundKernel splits page-table calls too)."""
     import ragged_attn
     from ragged_attn import backends
     from ragged_attn.problem import build_problem

@@ -208,6 +208,8 @@ class RaggedForwardSm90(MmaMainloops):
         self.l2_kv_head_groups = config.l2_kv_head_groups
         self.q_first = config.q_first  # load_tile and load_paged_tile
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
+        self.paged_consumer_fence = config.paged_consumer_fence  # mainloop.kv_wait: fence cp.async-written stages
+        self.paged_fence_once = config.paged_fence_once  # mainloop.overlap_step: one fence per step, before its GEMMs
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
@@ -1360,30 +1362,32 @@ class RaggedForwardSm90(MmaMainloops):
             kv.resolve_rows(n_block)
         if i + 1 < n_blocks:
             self.fetch_block_pages(kv, box_ok, n_block - 1, seqlen.len_k)  # in flight during the waits
-        pipe_k.producer_acquire(kv_state)
-        if const_expr(by_box):
-            kv.load_boxes(
-                boxes[0], boxes[1][None, None, head_kv, None], sK[None, None, kv_state.index],
-                pipe_k.producer_get_barrier(kv_state), self.bytes_k, self.d_qk, warp_idx, page, slot,
-            )  # fmt: skip
-        else:
-            kv.load(n_block, sK[None, None, kv_state.index], True)
-            cute.arch.cp_async_commit_group()
-            pipe_k.producer_commit(kv_state)
+        stage = (kv, kv_state, n_block, head_kv, warp_idx, page, slot)
+        self.load_paged_stage(stage, pipe_k, sK, boxes[0], boxes[1], self.bytes_k, self.d_qk, True, by_box)
         if const_expr(not self.q_first):
             if i == 0:
                 if warp_idx == 0:
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items, sched[12])
-        pipe_v.producer_acquire(kv_state)
+        self.load_paged_stage(stage, pipe_v, sV, boxes[2], boxes[3], self.bytes_v, self.d_v, False, by_box)
+
+    @cute.jit
+    def load_paged_stage(
+        self, stage, pipe, sX, box_atom, box_coords, nbytes: cutlass.Constexpr[int], d: cutlass.Constexpr[int],
+        is_k: cutlass.Constexpr[bool], by_box: cutlass.Constexpr[bool],
+    ):  # fmt: skip
+        """One K or V stage of `load_paged_block`: acquire it, then warp 0's TMA boxes (by_box; the
+        box's expected bytes on the stage barrier) or the 128 threads' cp.async gather, committed."""
+        kv, kv_state, n_block, head_kv, warp_idx, page, slot = stage
+        pipe.producer_acquire(kv_state)
         if const_expr(by_box):
             kv.load_boxes(
-                boxes[2], boxes[3][None, None, head_kv, None], sV[None, None, kv_state.index],
-                pipe_v.producer_get_barrier(kv_state), self.bytes_v, self.d_v, warp_idx, page, slot,
+                box_atom, box_coords[None, None, head_kv, None], sX[None, None, kv_state.index],
+                pipe.producer_get_barrier(kv_state), nbytes, d, warp_idx, page, slot,
             )  # fmt: skip
         else:
-            kv.load(n_block, sV[None, None, kv_state.index], False)
+            kv.load(n_block, sX[None, None, kv_state.index], is_k)
             cute.arch.cp_async_commit_group()
-            pipe_v.producer_commit(kv_state)
+            pipe.producer_commit(kv_state)
 
     @cute.jit
     def box_block(self, box_ok: Int32, n_block: Int32, len_k: Int32) -> Int32:

@@ -81,8 +81,17 @@ class TileConfig:
     # per-row stores. Trace time only so that classes without it keep their code; the run-time
     # switch picks it per launch (a launch packs blocks, pack_gqa, or rows, never both). Needs
     # wg_epilogue and wg_skip; never with sinks (a sink is per query head). On for the d128 causal
-    # classes (ragged and paged) and the d64 causal 192-row class (`_rows`); unmeasured (2026-12-03).
+    # classes (ragged and paged) only (`_tiles`, `_rows`); unmeasured (2026-12-03).
     pack_rows: bool = False
+    # Paged classes: the MMA warpgroups fence the cp.async-written K/V stages into the async proxy
+    # (fence.proxy.async) after each wait, before WGMMA reads them (mainloop.kv_wait). Off: no fence,
+    # as FA3's (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp) and FA4's sm90 paged paths and CUTLASS's
+    # PipelineCpAsync consumers run; a measurement variant (its cost per block), not shipped off.
+    paged_consumer_fence: bool = True
+    # Paged classes, overlapped mainloop: each step waits for its K stage and the previous block's V
+    # stage first and fences once for both, before the S GEMM is issued (off: K wait + fence, S GEMM,
+    # V wait + fence, P V GEMM: a fence between the two GEMMs' issue). Measurement variant.
+    paged_fence_once: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
