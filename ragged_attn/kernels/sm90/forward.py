@@ -1307,6 +1307,11 @@ class RaggedForwardSm90(MmaMainloops):
         q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
         pack_r, ratio, row_mult = sched[2], sched[3], sched[12]
         tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
+        # q_first: Q's TMA before anything else of the tile (the gather's page divisor and first
+        # page-table reads come after it).
+        if const_expr(self.q_first):
+            if warp_idx == 0:
+                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
         head_kv = kv_head(unit, pack_r, ratio, row_mult)
         kv = PagedKV.create(
             mK, mV, mPageTable, batch_idx, head_kv, seqlen.len_k, tidx, gather_copy,
@@ -1324,12 +1329,9 @@ class RaggedForwardSm90(MmaMainloops):
         n_blocks = n_block_max - n_block_min
         if n_blocks > 0:
             self.fetch_block_pages(kv, box_ok, n_block_max - 1, seqlen.len_k)
-        # Q goes after warp 0's share of block 0's K (or alone when the tile sees no key); with
-        # q_first before it, so Q does not wait behind the acquire of the first K stage.
-        if const_expr(self.q_first):
-            if warp_idx == 0:
-                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
-        else:
+        # Without q_first, Q goes after warp 0's share of block 0's K (or alone when the tile sees
+        # no key).
+        if const_expr(not self.q_first):
             if n_blocks <= 0:
                 if warp_idx == 0:
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])

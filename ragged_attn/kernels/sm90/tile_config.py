@@ -287,6 +287,12 @@ def tile_config(layout_class) -> TileConfig:
     - page_tma (paged d128, TMA boxes of 16 keys for blocks inside len_k): its first builds hung on
       the H200 (one box issued per block; then a register split the launch's pool could not
       hold); both fixed on the CPU, not yet timed. Off until measured.
+    Sessions 10-11 (docs/benchmarks/2026-12-03-h200-issue10-session10, -session11), paged d128,
+    longtail14 (ragged 402-408): page_tma 360-364 (no change; off); no proxy fence after the K/V
+    waits (paged_consumer_fence off) 363-368 (+1%; kept on: the PTX memory model asks for it); MMA
+    releases by one lane per warp, producer order K(i + 1) before V(i), producer registers 24: no
+    change (not kept). A paged tile's Q TMA first, before the page divisor and the first
+    page-table reads (load_paged_tile): 356-359 -> 361-365 (+1.4%, two runs; taken).
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
