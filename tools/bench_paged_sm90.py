@@ -5,6 +5,8 @@ Workload (issue 5, item 6): 14 long-tail sequences (64..2048 tokens, ragged_attn
 NHD with pages shuffled; page sizes 16, 64 and 128 (issue 10 item 7). Useful TFLOP/s = 4 * H_q * d * allowed pairs / time.
 Times: do_bench median and GPU-only median (ragged_attn.bench.timing.gpu_ms). Ours is launched
 through `launch_forward` (no API checks); kernels from RAGGED_ATTN_SM90_PREBUILT or compiled here.
+PAGED_BENCH_LENS=N,N,... replaces the 14 lengths (e.g. 8192 for one long sequence, or 64 x 128:
+`python -c "print(','.join(['128'] * 64))"`), to tell a per-tile cost from a per-block one.
 Usage: [RAGGED_ATTN_VARIANTS=v1,v2] [PAGED_BENCH_FA4=0] python tools/bench_paged_sm90.py (variants: the kernels built into
 RAGGED_ATTN_SM90_PREBUILT/<variant>/, timed beside this tree's)
 """
@@ -45,7 +47,8 @@ def make_problem(dev="cuda"):
     """The longtail14 batch: (lens, q, k, v, cu_seqlens, seqused_k, launch_forward's common kwargs
     (out, lse, ...), flops, pools) where pools(page_size) -> shuffled NHD pools (NaN in unused
     slots) holding the same keys, and their page table."""
-    lens = list(longtail_lengths())
+    spec = os.environ.get("PAGED_BENCH_LENS", "")
+    lens = [int(n) for n in spec.split(",")] if spec else list(longtail_lengths())
     dt = torch.bfloat16
     total = sum(lens)
     g = torch.Generator(device=dev).manual_seed(0)
