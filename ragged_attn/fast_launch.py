@@ -13,11 +13,13 @@ Rules (DESIGN.md contract 4):
   H_q % H_kv, the class's head-dim envelope, the device of the plan, seqused shapes, a page table's
   dtype, B rows and unit row stride, key lengths for page pools (seqused_k or cu_seqlens_k), and
   that a caller's `out` overlaps neither itself nor any input (q, k, v, cu_seqlens_q/k,
-  seqused_q/k, page_table, sinks): data_ptr ranges only.
+  seqused_q/k, page_table, sinks): data_ptr ranges only. A caller's `out` must also meet the
+  entry's stride and alignment rules here: a split launch hands the entry a workspace instead.
 - When any of them fails it returns None and the caller runs the full checks, which raise the
   named error or serve the call. Nothing is written before every check has passed.
 - It reads no device memory and allocates only out / lse, and for a split-KV launch (a call that
-  `choose_num_splits` splits: kernels/sm90/split_kv.py) its workspace. A plan without an LSE splits
+  `choose_num_splits` splits: kernels/sm90/split_kv.py) its workspace and, with a caller's out,
+  the merge's temporaries (split_kv.run_splits). A plan without an LSE splits
   through its class's LSE sibling (`BoundKernel._sibling_kernel`, fetched at the first call that
   splits and kept: a sibling not yet compiled, on disk or prebuilt stalls that call for its
   compile); its unsplit calls pay two integer comparisons more (min(total_q, B * max_seqlen_q) *
@@ -91,8 +93,8 @@ def _with_sinks(compiled, softcap: float, slot):
 
 def _split_tiles(problem: Problem):
     """Where the problem's class may split (kernels/sm90/split_kv.py `split_allowed`): (tile_m,
-    tile_n, pack_gqa, min_k, max_rows, sibling) of the class that runs its splits (`lse_sibling`),
-    else None. min_k: the fewest keys (max_seqlen_k) that split (MIN_KEY_BLOCKS blocks); max_rows:
+    tile_n, pack_gqa, min_k, max_rows, sibling, pack_rows) of the class that runs its splits
+    (`lse_sibling`), else None. min_k: the fewest keys (max_seqlen_k) that split (MIN_KEY_BLOCKS blocks); max_rows:
     a call with min(total_q, B * max_seqlen_q) * H_q >= max_rows (the query (row, head) pairs of at
     least FILL_FRACTION of a wave of tile_m-pair tiles) fills the SMs unsplit: every count of
     `split_kv.unsplit_tiles` (per-sequence slots, block or row packing) is at least
@@ -101,7 +103,7 @@ def _split_tiles(problem: Problem):
     for a CUDA graph) count in total_q but make no tile. Both are necessary conditions of
     choose_num_splits > 1, read as two integer comparisons before its (cached) call. sibling:
     the LSE sibling LayoutClass for a class without an LSE (its kernel is fetched at the first
-    call that splits), None for a class with one."""
+    call that splits), None for a class with one. pack_rows: that class's TileConfig.pack_rows."""
     from .backends import layout_class_for
     from .kernels.sm90.split_kv import FILL_FRACTION, MIN_KEY_BLOCKS, lse_sibling, split_allowed
     from .kernels.sm90.tile_config import tile_config
@@ -160,6 +162,7 @@ class BoundKernel:
         "_pack_rows",
         "_paged",
         "_return_lse",
+        "_dtype",
         "_sibling",
         "_sinks_slot",
         "_softcap",
@@ -208,6 +211,7 @@ class BoundKernel:
         # max_rows, times the SMs).
         self._split_rows = 0 if self._split is None else self._split[4] * self._num_ctas
         self._softcap = problem.softcap
+        self._dtype = problem.dtype  # q, k, v and out of every call the class serves
         self._sibling = None  # the LSE sibling's kernel (a class without an LSE), at its first split
 
     def _sibling_kernel(self):
@@ -221,8 +225,8 @@ class BoundKernel:
 
         try:
             fn = compile_cache.get_kernel(self._split[5], sm90.compile_forward)
-        except NotImplementedError:
-            self._split, self._split_rows = None, 0
+        except NotImplementedError:  # later calls skip the split test; _split itself stays (other
+            self._split_rows = 0  # threads may be reading it)
             return None
         if self._softcap:  # a -softcap sibling takes the sinks slot (None) and the cap
             fn = _with_softcap(fn, self._softcap)
@@ -231,8 +235,8 @@ class BoundKernel:
 
     def try_launch(self, q, k, v, cu_q, cu_k, max_q, seqused_q, seqused_k, page_table, out, lse, max_k=None, sinks=None):
         """Launch and return out or (out, lse); None when the checked path must take the call.
-        max_k (max_seqlen_k) sizes nothing here; a value the checked path rejects still sends the
-        call there. sinks: the call's (H_q,) float32 sinks, for a -sinks class only.
+        max_k (max_seqlen_k) feeds the split-KV choice (choose_num_splits; the split count sizes the
+        workspace); a value the checked path rejects still sends the call there. sinks: the call's (H_q,) float32 sinks, for a -sinks class only.
         A ragged class takes k, v (total_k, H_kv, D) with cu_k; a paged class takes page pools
         (the bound kv_layout), a page_table (B, max_pages) and cu_k or None (then seqused_k)."""
         paged = self._paged
@@ -285,14 +289,17 @@ class BoundKernel:
                 used_q, flag_q = (cu_q, 0) if seqused_q is None else (seqused_q, 1)
                 used_k, flag_k = (cu_k, 0) if seqused_k is None else (seqused_k, 1)
             if out is not None:
-                # Nested strides (no element shares memory) and a span apart from q, k and v (byte
-                # ranges [lo, hi) of 2-byte elements); anything else goes to the checked path, which
-                # tells which rule broke. Shape, dtype, device, alignment and the last stride are
-                # the TVM-FFI entry's to check.
-                s0, s1, _ = out.stride()
+                # A unit last stride, other strides multiples of 8 elements and a 16-byte base (the
+                # TVM-FFI entry's rules, checked here too: a split launch hands the entry a workspace,
+                # not out, and the merge writes out with torch ops that take any layout), nested
+                # strides (no element shares memory) and a span apart from q, k and v (byte ranges
+                # [lo, hi) of 2-byte elements); anything else goes to the checked path, which tells
+                # which rule broke. Shape, dtype and device are the entry's (unsplit) or the merge's
+                # (split) to refuse, before anything is written.
+                s0, s1, s2 = out.stride()
                 lo = out.data_ptr()
                 hi = lo + ((total_q - 1) * s0 + (h_q - 1) * s1 + d_v) * 2
-                if not (s1 >= d_v and s0 >= h_q * s1):
+                if s2 != 1 or lo & 15 or s0 & 7 or s1 & 7 or not (s1 >= d_v and s0 >= h_q * s1):
                     return None
                 p = q.data_ptr()
                 if p < hi:
@@ -348,6 +355,8 @@ class BoundKernel:
                     p = sinks.data_ptr()
                     if p < hi and p + 4 * h_q > lo:
                         return None
+                if h_q == 1 and sinks.stride(0) != 1:  # as backends passes it: the same element
+                    sinks = sinks.as_strided((1,), (1,))
         except (AttributeError, TypeError, ValueError, IndexError):  # not a tensor, or the wrong rank
             return None
         scale, left, right, bottom_right = self._options
@@ -450,6 +459,10 @@ class BoundKernel:
         )  # fmt: skip
         sibling = self._sibling
         if splits > 1 and sibling is None:
+            # The sibling's entry checks the arguments at launch; a call of another dtype than the
+            # class's would only be refused there, after a fetch (or compile) of the sibling.
+            if not (q.dtype is k.dtype is v.dtype is self._dtype and (out is None or out.dtype is self._dtype)):
+                return None
             sibling = self._sibling_kernel()
         inside = None
         if out is None:  # the merge writes every row of a buffer made here (O = 0 outside)

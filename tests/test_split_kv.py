@@ -734,3 +734,132 @@ def test_fast_path_nolse_splits_through_the_cached_sibling(monkeypatch):
     got = bound.try_launch(p["q"], p["k"], p["v"], p["cu_q"], p["cu_k"], p["max_q"], None, None, None, None, None, 1500)
     assert own.splits_seen == [1, 1, 1] and len(asked) == 1
     _check_out(got, want_p, inside_p, True, False)
+
+
+# ----------------------------------------------------------------------------- a split launch's out
+def _decode_split_call(return_lse):
+    """A decode batch that splits on 132 SMs (max_seqlen_k 1500), its problem and a bound kernel
+    whose entry is the tests' CPU model of the TVM-FFI entry (and the same model as the no-LSE
+    class's sibling)."""
+    from ragged_attn.fast_launch import BoundKernel
+    from ragged_attn.problem import build_problem
+    from tests.test_fast_launch import EntryModel
+
+    g = torch.Generator().manual_seed(11)
+    hq, hkv, d = 8, 2, 128
+    lens_k = [700, 1500]
+    q = torch.randn(3, hq, d, generator=g).to(torch.bfloat16)
+    k = torch.randn(sum(lens_k), hkv, d, generator=g).to(torch.bfloat16)
+    v = torch.randn(sum(lens_k), hkv, d, generator=g).to(torch.bfloat16)
+    cu_q = torch.tensor([0, 1, 2], dtype=torch.int32)
+    cu_k = torch.tensor([0, 700, 2200], dtype=torch.int32)
+    lse = dict(return_lse=True, lse_layout="token_major") if return_lse else dict(return_lse=False)
+    problem, _ = build_problem(q, k, v, cu_q, cu_k, 1, 1500, causal=True, **lse)
+    entry, sibling = EntryModel(), EntryModel()
+    bound = BoundKernel(entry, problem, True)
+    bound._num_ctas = 132
+    bound._split_rows = bound._split[4] * 132
+    if not return_lse:
+        bound._sibling = sibling
+    return (q, k, v, cu_q, cu_k), bound, entry, sibling
+
+
+def _bad_outs(total_q, hq, d):
+    buf = torch.full((total_q * hq * d + 4,), math.nan, dtype=torch.bfloat16)
+    yield "base 8 bytes off 16", buf[4:].view(total_q, hq, d)
+    yield "stride 132", torch.full((total_q, hq, 132), math.nan, dtype=torch.bfloat16)[..., :d]
+    yield "last stride 2", torch.full((total_q, hq, 2 * d), math.nan, dtype=torch.bfloat16)[..., ::2]
+
+
+@pytest.mark.parametrize("return_lse", [True, False])
+def test_fast_path_declines_a_split_call_whose_out_the_entry_would_refuse(return_lse):
+    """A split launch hands the entry a workspace, not the caller's out, and the merge writes out
+    with torch ops that take any layout: an out with a base off 16 bytes, a stride not a multiple of
+    8 elements or a non-unit last stride must send the call to the checked path (which names it),
+    unwritten, as an unsplit call does."""
+    from ragged_attn.problem import build_problem
+
+    (q, k, v, cu_q, cu_k), bound, entry, sibling = _decode_split_call(return_lse)
+    ok = bound.try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, None, None, 1500)
+    assert ok is not None and (entry.calls or sibling.calls), "the good call must be served"
+    ran = (entry if return_lse else sibling).calls
+    assert ran[-1][COMPILED_ARGS.index("num_splits")] > 1, "the call must split"
+    lse = dict(return_lse=True, lse_layout="token_major") if return_lse else dict(return_lse=False)
+    for name, out in _bad_outs(*q.shape):
+        with pytest.raises(ValueError, match="out"):
+            build_problem(q, k, v, cu_q, cu_k, 1, 1500, causal=True, out=out, **lse)
+        before = out.clone()
+        assert bound.try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, out, None, 1500) is None, name
+        assert torch.equal(out.view(torch.int16), before.view(torch.int16)), f"{name}: out was written"
+
+
+def test_fast_path_declines_a_split_call_whose_out_overlaps_an_input():
+    """An out of last stride 2 whose real span runs into v (the span test counts a unit last
+    stride): the call goes to the checked path and v is left as it was."""
+    (q, k, v, cu_q, cu_k), bound, entry, sibling = _decode_split_call(True)
+    total_q, hq, d = q.shape
+    pool = torch.randn(total_q * hq * d * 2 + v.numel(), dtype=torch.bfloat16)
+    out = pool[: total_q * hq * d * 2].view(total_q, hq, 2 * d)[..., ::2]
+    v2 = pool[total_q * hq * d * 2 - d :][: v.numel()].view(v.shape)  # starts inside out's span
+    v_before = v2.clone()
+    assert bound.try_launch(q, k, v2, cu_q, cu_k, 1, None, None, None, out, None, 1500) is None
+    assert torch.equal(v2, v_before)
+
+
+def test_fast_path_fetches_no_sibling_for_a_call_of_another_dtype(monkeypatch):
+    """A no-LSE call that would split but whose q is of another dtype than the class's is refused
+    before the LSE sibling is fetched (or compiled): the checked path names the dtype."""
+    from ragged_attn import compile_cache
+
+    (q, k, v, cu_q, cu_k), bound, entry, sibling = _decode_split_call(False)
+    bound._sibling = None
+    asked = []
+    monkeypatch.setattr(compile_cache, "get_kernel", lambda cls, compile_fn: asked.append(cls) or sibling)
+    assert bound.try_launch(q.half(), k, v, cu_q, cu_k, 1, None, None, None, None, None, 1500) is None
+    assert asked == []
+
+
+def test_a_sibling_that_cannot_be_had_leaves_the_split_state_readable(monkeypatch):
+    """Where the LSE sibling cannot be had, later calls launch unsplit; `_split` stays as it was, so
+    a thread already past the split test never reads None."""
+    from ragged_attn import compile_cache
+
+    (q, k, v, cu_q, cu_k), bound, entry, sibling = _decode_split_call(False)
+    bound._sibling = None
+    split = bound._split
+
+    def missing(cls, compile_fn):
+        raise NotImplementedError("no DSL and no prebuilt sibling")
+
+    monkeypatch.setattr(compile_cache, "get_kernel", missing)
+    out = bound.try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, None, None, 1500)
+    assert out is not None and entry.calls[-1][COMPILED_ARGS.index("num_splits")] == 1
+    assert bound._split is split and bound._split_rows == 0
+    out = bound.try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, None, None, 1500)
+    assert out is not None and entry.calls[-1][COMPILED_ARGS.index("num_splits")] == 1
+
+
+def test_fast_path_passes_a_one_head_sinks_tensor_as_the_checked_path_does(monkeypatch):
+    """H_q = 1 and a sinks tensor of stride 3: both paths pass a stride-1 view of the same element
+    (backends._unit_stride)."""
+    from ragged_attn import backends, compile_cache
+    from ragged_attn.fast_launch import BoundKernel
+    from ragged_attn.problem import build_problem
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(5, 1, 64, generator=g).to(torch.bfloat16)
+    k = torch.randn(9, 1, 64, generator=g).to(torch.bfloat16)
+    v = torch.randn(9, 1, 64, generator=g).to(torch.bfloat16)
+    cu_q = torch.tensor([0, 2, 5], dtype=torch.int32)
+    cu_k = torch.tensor([0, 4, 9], dtype=torch.int32)
+    sinks = torch.tensor([0.5, 9.0, 9.0, 9.0]).as_strided((1,), (3,), 1)
+    problem, t = build_problem(q, k, v, cu_q, cu_k, 3, 5, causal=True, sinks=sinks)
+    checked, fast = [], []
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    monkeypatch.setattr(compile_cache, "get_kernel", lambda cls, fn, **kw: (lambda *a: checked.append(a)))
+    backends.launch_cute(backends.layout_class_for(problem), problem, t)
+    bound = BoundKernel(lambda *a: fast.append(a), problem, True)
+    assert bound.try_launch(q, k, v, cu_q, cu_k, 3, None, None, None, None, None, 5, sinks) is not None
+    i = len(COMPILED_ARGS)
+    for args in (checked[0], fast[0]):
+        assert args[i].stride() == (1,) and args[i].data_ptr() == sinks.data_ptr()

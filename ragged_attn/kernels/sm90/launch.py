@@ -2,10 +2,11 @@
 
 `compile_forward` needs no GPU (set CUTE_DSL_ARCH=sm_90a on a CPU box); it returns the TVM-FFI
 compiled function, which supports `export_to_c(obj_path, function_name)` and reloads through
-`cute.runtime.load_module(path, enable_tvm_ffi=True)`. `launch_forward` only reorders arguments
-and builds a 1-D view of the LSE buffer: no checks, no device-to-host reads, no allocation but a
-split-KV launch's workspace (num_splits > 1: split_kv.py); the kernel runs on torch's current
-stream (TVM-FFI environment stream).
+`cute.runtime.load_module(path, enable_tvm_ffi=True)`. `launch_forward` reorders arguments and
+builds a 1-D view of the LSE buffer; its only checks are a forced num_splits it cannot merge
+(ValueError naming num_splits); no device-to-host reads; it allocates a split-KV launch's workspace
+(num_splits > 1: split_kv.py) and, for calls without queries or with an empty page pool, fills
+out / LSE with torch ops. The kernel runs on torch's current stream (TVM-FFI environment stream).
 """
 
 from __future__ import annotations
