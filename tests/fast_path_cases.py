@@ -56,10 +56,14 @@ ENTRY_MUTATIONS = {
     "out-dtype": lambda a: a.update(out=_like(a, (40, 8, 128), torch.float16)),
     "out-tokens": lambda a: a.update(out=_like(a, (41, 8, 128))),
     "out-head-dim": lambda a: a.update(out=_like(a, (40, 8, 64))),
-    "out-last-dim-strided": lambda a: a.update(out=_like(a, (40, 128, 8)).transpose(1, 2)),
 }
 
 PREDICATE_MUTATIONS = {
+    # A caller's out meets the entry's stride and alignment rules in the predicate too: a split
+    # launch hands the entry a workspace instead of out (fast_launch.try_launch).
+    "out-last-dim-strided": lambda a: a.update(out=_like(a, (40, 128, 8)).transpose(1, 2)),
+    "out-stride-not-8": lambda a: a.update(out=_like(a, (40, 8, 132))[..., :128]),
+    "out-base-8-bytes-off": lambda a: a.update(out=_offset_view(a, (40, 8, 128), 4)),
     "max-q-above-int32": lambda a: a.update(max_q=2**31),
     "seqused-dtype": lambda a: a.update(seqused_k=torch.tensor([5, 7], device=a["q"].device)),
     "head-dim-not-multiple-of-8": lambda a: a.update(
