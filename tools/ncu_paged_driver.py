@@ -1,0 +1,44 @@
+"""Three launches of one longtail14 kernel (tools/bench_paged_sm90.py's batch) for ncu to profile.
+
+    ncu --clock-control none --section WarpStateStats --section SourceCounters \
+        -k regex:RaggedForwardSm90 --launch-skip 1 --launch-count 1 -o OUT \
+        python3 tools/ncu_paged_driver.py WHICH
+
+WHICH: "ragged" (this tree's ragged kernel), "paged" (this tree's paged kernel, page 16), or a
+variant folder name under RAGGED_ATTN_SM90_PREBUILT (that folder's paged kernel, page 16).
+PAGED_BENCH_LENS applies as in bench_paged_sm90.py. Then `ncu -i OUT.ncu-rep --page source --csv
+--print-source sass > OUT.csv` and tools/ncu_barrier_waits.py OUT.csv.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+
+def main(which: str) -> None:
+    import torch
+
+    import bench_paged_sm90 as bench
+
+    lens, q, k, v, cu, used, common, flops, pools = bench.make_problem("cuda")
+    ragged_call, paged_call = bench.launches(q, k, v, cu, used, common)
+    if which == "ragged":
+        fn = ragged_call(bench.kernel("ragged"))
+    else:
+        kernel = bench.kernel("paged") if which == "paged" else bench.kernel("paged", which)
+        if kernel is None:
+            sys.exit(f"ncu_paged_driver: no paged kernel {which!r} under RAGGED_ATTN_SM90_PREBUILT")
+        fn = paged_call(kernel, *pools(16))
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    print("ncu_paged_driver: done", which)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "paged")
