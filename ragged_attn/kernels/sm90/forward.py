@@ -97,6 +97,8 @@ def cp_async_mbarrier_arrive_inc(mbar_ptr, *, loc=None, ip=None) -> None:
     goes up by one now and down by one once this thread's earlier cp.async copies have landed (no
     net change; PTX ISA), so a phase that counts one arrival can wait on a warp's copies."""
     _nvvm.cp_async_mbarrier_arrive(mbar_ptr.to_llvm_ptr(loc=loc, ip=ip), noinc=False, loc=loc, ip=ip)
+
+
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
 EPILOGUE_WG_BARRIER_BASE = 5  # ids 5 .. 7: one MMA warpgroup's own epilogue (wg_epilogue)
 O_TURN_BARRIER_BASE = 8  # ids 8 .. 10: an MMA warpgroup's turn at the shared O block (o_turns)
@@ -209,7 +211,6 @@ class RaggedForwardSm90(MmaMainloops):
         self.q_first = config.q_first  # load_tile and load_paged_tile
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
         self.paged_consumer_fence = config.paged_consumer_fence  # mainloop.kv_wait: fence cp.async-written stages
-        self.paged_fence_once = config.paged_fence_once  # mainloop.overlap_step: one fence per step, before its GEMMs
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")

@@ -15,7 +15,7 @@ Contract rules (tests/gpu/test_kernel_sm90.py: the idle_warpgroups_* and window 
    may wait for block i + 2, whose stage needs those releases first.
 
 Attributes the mixin reads (set by RaggedForwardSm90.__init__): dtype, paged, pingpong, overlap,
-turn_first_gemm, wg_skip, num_mma_warpgroups, paged_consumer_fence, paged_fence_once.
+turn_first_gemm, wg_skip, num_mma_warpgroups, paged_consumer_fence.
 """
 
 from __future__ import annotations
@@ -275,22 +275,11 @@ class MmaMainloops:
         ) = step_args  # fmt: skip
         v_state = kv_state.clone()
         kv_state.advance()
-        fence_once = const_expr(self.paged and self.paged_fence_once)
-        if const_expr(fence_once):
-            # Both stages waited for first, then one proxy fence for both, so no fence sits
-            # between the S GEMM's issue and the P V GEMM's (V of the previous block is
-            # normally in long before this block's K).
-            self.kv_wait(pipe_k, kv_state, fence=False)
-            self.kv_wait(pipe_v, v_state, fence=False)
-            if const_expr(self.paged_consumer_fence):
-                cute.arch.fence_view_async_shared()
-        else:
-            self.kv_wait(pipe_k, kv_state)
+        self.kv_wait(pipe_k, kv_state)
         self.sched_wait(wg_idx)
         acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
         self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
-        if const_expr(not fence_once):
-            self.kv_wait(pipe_v, v_state)
+        self.kv_wait(pipe_v, v_state)
         self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], True, wait=False)
         self.sched_pass(wg_idx)
         warpgroup.wait_group(1)  # S done, PV may still run
@@ -306,11 +295,11 @@ class MmaMainloops:
         return kv_state
 
     @cute.jit
-    def kv_wait(self, pipe, state, fence: cutlass.Constexpr[bool] = True):
+    def kv_wait(self, pipe, state):
         """Wait for a K or V stage. Paged stages are written by cp.async (generic proxy): fence
-        them into the async proxy before WGMMA reads them (fence=False: the caller fences)."""
+        them into the async proxy before WGMMA reads them."""
         pipe.consumer_wait(state)
-        if const_expr(fence and self.paged and self.paged_consumer_fence):
+        if const_expr(self.paged and self.paged_consumer_fence):
             cute.arch.fence_view_async_shared()
 
     @cute.jit

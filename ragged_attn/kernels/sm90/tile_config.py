@@ -81,17 +81,14 @@ class TileConfig:
     # per-row stores. Trace time only so that classes without it keep their code; the run-time
     # switch picks it per launch (a launch packs blocks, pack_gqa, or rows, never both). Needs
     # wg_epilogue and wg_skip; never with sinks (a sink is per query head). On for the d128 causal
-    # classes (ragged and paged) only (`_tiles`, `_rows`); unmeasured (2026-12-03).
+    # classes (ragged and paged) only (`_tiles`, `_rows`); measured on the H200 in session 11:
+    # unpacked launches at the class's speed without it, vLLM's mixed batch 3268 -> ~1700 us.
     pack_rows: bool = False
     # Paged classes: the MMA warpgroups fence the cp.async-written K/V stages into the async proxy
     # (fence.proxy.async) after each wait, before WGMMA reads them (mainloop.kv_wait). Off: no fence,
     # as FA3's (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp) and FA4's sm90 paged paths and CUTLASS's
     # PipelineCpAsync consumers run; a measurement variant (its cost per block), not shipped off.
     paged_consumer_fence: bool = True
-    # Paged classes, overlapped mainloop: each step waits for its K stage and the previous block's V
-    # stage first and fences once for both, before the S GEMM is issued (off: K wait + fence, S GEMM,
-    # V wait + fence, P V GEMM: a fence between the two GEMMs' issue). Measurement variant.
-    paged_fence_once: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -290,8 +287,8 @@ def tile_config(layout_class) -> TileConfig:
     Sessions 10-11 (docs/benchmarks/2026-12-03-h200-issue10-session10, -session11), paged d128,
     longtail14 (ragged 402-408): page_tma 360-364 (no change; off); no proxy fence after the K/V
     waits (paged_consumer_fence off) 363-368 (+1%; kept on: the PTX memory model asks for it); MMA
-    releases by one lane per warp, producer order K(i + 1) before V(i), producer registers 24: no
-    change (not kept). A paged tile's Q TMA first, before the page divisor and the first
+    releases by one lane per warp, one fence per step before both GEMMs, producer order K(i + 1)
+    before V(i), producer registers 24: no change (not kept). A paged tile's Q TMA first, before the page divisor and the first
     page-table reads (load_paged_tile): 356-359 -> 361-365 (+1.4%, two runs; taken).
     """
     cfg = _tiles(layout_class)
@@ -329,7 +326,8 @@ def _tiles(layout_class) -> TileConfig:
     if d_qk <= 128:
         # q_first: measured twice (session 7), +0.3..+2.1% on every d128 row but 64 x 128 (+-0.8%);
         # paged (session 8) +1.5% with the whole-block gather. pack_rows (run-time row packing for
-        # decode rows and short chunks, vLLM's mixed batches): unmeasured (2026-12-03).
+        # decode rows and short chunks, vLLM's mixed batches): d128 rows within +-1% of the class
+        # without it, vLLM's mixed batch 3268 -> 1698-1706 us (H200, session 11).
         return TileConfig(128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=_rows(layout_class))
     if d_qk <= 192:
         return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True)
