@@ -7,6 +7,8 @@ Times: do_bench median and GPU-only median (ragged_attn.bench.timing.gpu_ms). Ou
 through `launch_forward` (no API checks); kernels from RAGGED_ATTN_SM90_PREBUILT or compiled here.
 PAGED_BENCH_LENS=N,N,... replaces the 14 lengths (e.g. 8192 for one long sequence, or 64 x 128:
 `python -c "print(','.join(['128'] * 64))"`), to tell a per-tile cost from a per-block one.
+PAGED_BENCH_INTERLEAVED=R: after the table, every run again in R rounds interleaved
+(ragged_attn.bench.timing.gpu_ms_interleaved: clock drift falls on all runs alike), GPU ms medians.
 Usage: [RAGGED_ATTN_VARIANTS=v1,v2] [PAGED_BENCH_FA4=0] python tools/bench_paged_sm90.py (variants: the kernels built into
 RAGGED_ATTN_SM90_PREBUILT/<variant>/, timed beside this tree's)
 """
@@ -23,7 +25,7 @@ import triton
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from ragged_attn.bench.timing import gpu_ms  # noqa: E402
+from ragged_attn.bench.timing import gpu_ms, gpu_ms_interleaved  # noqa: E402
 from ragged_attn.bench.workloads import longtail_lengths  # noqa: E402
 from ragged_attn.kernels.sm90 import compile_forward, launch_forward  # noqa: E402
 from ragged_attn.layout_class import LayoutClass  # noqa: E402
@@ -104,11 +106,13 @@ def main():
     lens, q, k, v, cu, used, common, flops, pools = make_problem(dev)
     out = common["out"]
     rows = []
+    timed = {}  # label -> call, for PAGED_BENCH_INTERLEAVED
 
     def record(label, fn, ref=None):
         print(f"timing {label}", flush=True)
         try:
             fn()
+            timed[label] = fn
             torch.cuda.synchronize()
             diff = float("nan") if ref is None else (out.float() - ref.float()).abs().max().item()
             t = triton.testing.do_bench(fn, warmup=20, rep=100, return_mode="median")
@@ -152,6 +156,15 @@ def main():
     for label, t, gms, tf, tfg, diff in rows:
         rel = f" ({tfg / base:.2f}x ragged)" if base and tfg else ""
         print(f"| {label} | {t:.3f} | {gms:.3f} | {tf:.0f} | {tfg:.0f}{rel} | {diff:.3g} |")
+    rounds = int(os.environ.get("PAGED_BENCH_INTERLEAVED", "0"))
+    if rounds:
+        ms = gpu_ms_interleaved(timed, torch.device(dev), head_start_us=300, reps=rounds)
+        print(f"\ninterleaved, {rounds} rounds (GPU ms median, useful TFLOP/s):")
+        print("| run | GPU ms | TFLOP/s |")
+        print("|---|---|---|")
+        first = next(iter(ms.values()))
+        for label, m in ms.items():
+            print(f"| {label} | {m:.4f} | {flops / (m * 1e-3) / 1e12:.0f} ({first / m:.3f}x ragged) |")
 
 
 if __name__ == "__main__":

@@ -102,7 +102,12 @@ def main():
             field, _, value = item.partition("=")
             if field not in types:
                 ap.error(f"--config: unknown TileConfig field {field!r} (fields: {', '.join(types)})")
-            override[field] = bool(int(value)) if types[field] in (bool, "bool") else int(value)
+            if types[field] in (bool, "bool"):
+                override[field] = bool(int(value))
+            elif types[field] in (str, "str"):
+                override[field] = value
+            else:
+                override[field] = int(value)
     os.makedirs(os.path.join(a.folder, "variants"), exist_ok=True)
     classes = test_classes()
     if a.classes:

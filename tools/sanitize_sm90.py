@@ -9,6 +9,8 @@ SANITIZE_PACKED=1 adds two problems whose launch packs GQA groups (tile_schedule
 16 x 256 tokens at 32/8 heads, d64 and d32, causal, ragged): the items handed over with each tile.
 SANITIZE_DQK=192 (a head dim) keeps only the problems of that d_qk's classes (e.g. d192's O block
 that the MMA warpgroups take in turns, tile_config.o_turns).
+SANITIZE_PAGE=128 (a page size) gives every paged problem that page size (e.g. 128: the d128 paged
+class's key blocks by TMA boxes, tile_config.page_tma; the block crossing len_k still gathered).
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ def main():
                 gaps_q=None, gaps_k=None, q_lead=0, q_tail=0, k_lead=0, k_tail=0, in_pad=0,
                 max_seqlen_q=None, max_seqlen_k=None, lse_layout="token_major",
             ))  # fmt: skip
+    if os.environ.get("SANITIZE_PAGE"):
+        page = int(os.environ["SANITIZE_PAGE"])
+        picked = [dataclasses.replace(p, page_size=page) if p.page_size else p for p in picked]
     for p in picked:
         run_and_check(p, "cuda", sync_debug=False)
         torch.cuda.synchronize()

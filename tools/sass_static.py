@@ -99,7 +99,7 @@ def main():
     nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
     if not nvdisasm:
         sys.exit("sass_static: nvdisasm not found (set NVDISASM; see this script's docstring)")
-    fields = {k: int(v) for k, v in (kv.split("=") for kv in args.fields.split(",") if kv)}
+    fields = {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in (kv.split("=") for kv in args.fields.split(",") if kv)}
     with tempfile.TemporaryDirectory() as tmp:
         cubin = compile_cubin(args.d_qk, args.mask, args.kv, fields, tmp)
         listing = subprocess.run([nvdisasm, "-c", cubin], check=True, capture_output=True, text=True).stdout

@@ -38,9 +38,11 @@ Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the pers
   mask family, LSE, KV) and its tile config (tile_config.py).
 - Paged KV (class kv="paged"): K/V come from page pools through a page table. The whole producer
   warpgroup gathers K/V rows with cp.async (paged_kv.py) into the same smem tiles, signalling
-  `PipelineCpAsync`s instead of the TMA pipelines; Q still arrives by TMA (warp 0) and the MMA
-  warpgroups are unchanged but for a proxy fence after each K/V wait. NHD and HND pools are one
-  class (strides); the page size is the pool's run-time extent.
+  `PipelineCpAsync`s instead of the TMA pipelines; with TileConfig.page_tma (the d128 classes: 128)
+  a key block wholly inside len_k of a pool whose page size is a multiple of page_tma arrives by
+  TMA boxes from warp 0 instead, on the same stage barriers. Q still arrives by TMA (warp 0) and
+  the MMA warpgroups are unchanged but for a proxy fence after each K/V wait. NHD and HND pools are
+  one class (strides); the page size is the pool's run-time extent.
 - Split-KV (run-time `num_splits` = S; S = 1 is the kernel without splits): each tile of the order
   above is taken S times, split s visiting its share of the tile's key blocks (tile_scheduler.py:
   splits fastest in the linear order; block_info.py `for_split`), and stores its normalised O and
@@ -1360,7 +1362,7 @@ class RaggedForwardSm90(MmaMainloops):
         q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
         page, slot = None, None
         if const_expr(by_box):
-            page, slot = kv.pages[0], kv.slots[0]  # read before the next block's fetch replaces them
+            page, slot = kv.box_pages[0], kv.box_slots[0]  # read before the next block's fetch replaces them
         else:
             kv.resolve_rows(n_block)
         if i + 1 < n_blocks:

@@ -20,10 +20,13 @@ Facts this module relies on (FA4's PagedKVManager taught the row-gather idea):
   table is never read past the pages the sequence owns.
 - The writes are generic-proxy; the MMA warpgroups fence (`fence.proxy.async.shared::cta`) after
   each wait before WGMMA reads the tile (forward.py, `kv_wait`).
-- TMA boxes (TileConfig.page_tma): where the page size is a multiple of BOX_ROWS (16) and the
-  pool is as wide as the class, a key block wholly inside len_k arrives as tile_n / 16 TMA boxes
-  of 16 keys, each from one page (a 16-key run starting at a multiple of 16 never crosses a page
-  edge); lane l < tile_n / 16 of producer warp 0 reads box l's page, and the warp issues the
+- TMA boxes (TileConfig.page_tma = box_rows keys; the d128 classes ship 128, one box per stage):
+  where the page size is a multiple of box_rows and the pool is as wide as the class, a key block
+  wholly inside len_k arrives as tile_n / box_rows TMA boxes, each from one page (a run of
+  box_rows keys starting at a multiple of box_rows never crosses a page edge). Measured on the
+  H200 (tile_config.py, session 12): one 128-key box per stage runs at the ragged class's speed,
+  while 16-key boxes (16 TMA instructions per stage at d128) lose as much as the gather. Lane l <
+  tile_n / box_rows of producer warp 0 reads box l's page, and the warp issues the
   boxes (the DSL's TMA copy elects one lane of those that reach it: a copy under a lane
   predicate would issue once, not once per lane - the first build hung on exactly that). The
   box descriptors see a pool as (page_size, d, H_kv, num_pages): the page size stays a run-time
@@ -115,9 +118,12 @@ class PagedKV:
         # Page size divisions by multiply-high (no IDIV sequence per key block and row).
         self.page_div = page_div if page_div is not None else cute.FastDivmodDivisorV2(Int32(cute.size(mK.shape[1])))
         self.slots = cute.make_rmem_tensor((self.entries,), Int32)  # and the rows' slots in them
+        # `fetch_box_pages`' page and slot (lane l < tile_n / box_rows: box l's)
+        self.box_pages = cute.make_rmem_tensor((1,), Int32)
+        self.box_slots = cute.make_rmem_tensor((1,), Int32)
 
     # Device values travel through run-time loops as a flat list of IR values.
-    _dynamic = ("mK", "mV", "mPages", "len_k", "tidx", "addr_k", "addr_v", "pages", "slots", "page_div")
+    _dynamic = ("mK", "mV", "mPages", "len_k", "tidx", "addr_k", "addr_v", "pages", "slots", "page_div", "box_pages", "box_slots")
 
     def __extract_mlir_values__(self):
         values, self._counts = [], []
@@ -189,13 +195,13 @@ class PagedKV:
     @cute.jit
     def fetch_box_pages(self, n_block: Int32):
         """TMA boxes (warp 0, lane l < tile_n / box_rows): start the page-table read of box l of
-        key block n_block (keys n_block * tile_n + box_rows l ..), into entry 0 of `fetch_pages`'
-        registers; `load_boxes(n_block, ...)` uses it."""
+        key block n_block (keys n_block * tile_n + box_rows l ..), into `box_pages` and
+        `box_slots`; `load_boxes(n_block, ...)` uses them."""
         if self.tidx < self.tile_n // self.box_rows:
             token = cutlass.min(n_block * self.tile_n + self.tidx * self.box_rows, self.len_k - 1)
             page_idx, slot = divmod(cutlass.max(token, 0), self.page_div)
-            self.pages[0] = Int32(self.mPages[page_idx])
-            self.slots[0] = slot
+            self.box_pages[0] = Int32(self.mPages[page_idx])
+            self.box_slots[0] = slot
 
     @cute.jit
     def load_boxes(

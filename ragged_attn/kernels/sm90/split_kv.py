@@ -59,6 +59,16 @@ def row_packed_tiles(batch: int, total_q: int, max_seqlen_q: int, h_q: int, h_kv
     return min(slots, tiles_max * batch) * h_kv
 
 
+# Row packing is taken at launch where it cuts the tiles to at most (1 - 1/3) of the unpacked count.
+# Measured on an H200: vLLM's mixed batch (48% fewer tiles) 3268 -> ~1700 us (session 11); the
+# 14-sequence long-tail mix of tools/bench_paged_sm90.py (78..1487 tokens, 16.5% fewer tiles) ran
+# 0.105-0.107 ms unpacked (session 11, before row packing) and 0.139-0.148 ms packed under the 1/10
+# rule block packing uses (session 12: the same d128 kernel's unpacked launches measured within
+# +-1% of the kernel before it), so a packed prefill tile costs ~1.5 unpacked ones and packing
+# pays from a third fewer tiles on. Between 1/10 and 1/3 unmeasured.
+PACK_ROWS_MIN_SAVING = (1, 3)
+
+
 @functools.lru_cache(maxsize=256)
 def choose_pack_rows(
     batch: int, total_q: int, max_seqlen_q: int, h_q: int, h_kv: int, tile_m: int = 128, lse_s_max: int = 0
@@ -66,19 +76,18 @@ def choose_pack_rows(
     """1 where a launch of a class with row packing (TileConfig.pack_rows) should pack rows, else 0,
     from host integers only (no device read): GQA (H_q > H_kv), no padded LSE, g * total_q and
     g * max_seqlen_q below 2**31 (the kernel's packed rows are int32), and the row-packed tiles at
-    most (1 - 1/10) of the unpacked ones (PACK_MIN_SAVING, as for block packing): decode rows and
-    short chunks pack (one tile per K/V head instead of one per query head), long prefill rows do not
-    (the same tiles, with Q gathered and O stored row by row). Unmeasured thresholds (2026-12-03).
-    Cached (a call's integers repeat from step to step)."""
-    from .tile_scheduler import PACK_MIN_SAVING  # the DSL, imported on first use
-
+    most (1 - 1/3) of the unpacked ones (PACK_ROWS_MIN_SAVING): decode rows, speculative-decoding rows
+    and batches where they dominate the tiles (vLLM's mixed batch: 48% fewer) pack, one tile per K/V
+    head instead of one per query head; prefill rows do not (about the same tiles, each dearer: Q
+    gathered by one warp, O stored row by row, a mask per row's token). Cached (a call's integers
+    repeat from step to step)."""
     if h_kv <= 0 or h_q <= h_kv or h_q % h_kv or lse_s_max != 0 or batch <= 0 or total_q <= 0:
         return 0
     g = h_q // h_kv
     if g * max(total_q, max_seqlen_q) >= INT32_ROWS:
         return 0
     unpacked = unsplit_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m, False)
-    keep, of = PACK_MIN_SAVING
+    keep, of = PACK_ROWS_MIN_SAVING
     return int(row_packed_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m) * of <= unpacked * (of - keep))
 
 

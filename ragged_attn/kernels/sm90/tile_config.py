@@ -290,6 +290,14 @@ def tile_config(layout_class) -> TileConfig:
     releases by one lane per warp, one fence per step before both GEMMs, producer order K(i + 1)
     before V(i), producer registers 24: no change (not kept). A paged tile's Q TMA first, before the page divisor and the first
     page-table reads (load_paged_tile): 356-359 -> 361-365 (+1.4%, two runs; taken).
+    Session 12 (docs/benchmarks/2026-12-03-h200-issue10-session12), paged d128, implementations
+    interleaved, paged time / ragged time of the same batch (1 x 8192 | longtail14 | 64 x 128):
+    main's gather 0.885 | 0.973 | 0.812 at page 128; TMA boxes of 16 keys 0.885 | 0.965 | 0.871 (no
+    fence 0.897 | 0.973 | 0.862); K by boxes and V gathered 0.895 | 0.982 | 0.758, the reverse 0.856 |
+    0.971 | 0.868; one 128-key box per stage 0.984 | 1.006 | 0.971 (no fence; warp 0 alone 0.978 |
+    0.984 | 0.982). Warp 0 alone with 16-key boxes (warps 1-3 exit, barriers of 32): no better; its
+    32-thread gather 0.59-0.69. Taken: page_tma 128 (`_tiles`), with the fence: 0.972 | 1.004 | 0.960,
+    8 x 2048 0.963 (gather 0.886 | 0.972 | 0.798 | 0.887); page 16 and 64 unchanged (0.77-0.98).
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
@@ -328,7 +336,14 @@ def _tiles(layout_class) -> TileConfig:
         # paged (session 8) +1.5% with the whole-block gather. pack_rows (run-time row packing for
         # decode rows and short chunks, vLLM's mixed batches): d128 rows within +-1% of the class
         # without it, vLLM's mixed batch 3268 -> 1698-1706 us (H200, session 11).
-        return TileConfig(128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=_rows(layout_class))
+        # page_tma 128 (paged): a key block of a pool whose page size is a multiple of 128 arrives as
+        # one 128-key TMA box per K / V stage, as the ragged class's; other page sizes keep the
+        # gather. H200, session 12 (interleaved, paged / ragged at page 128): 1 x 8192 0.885 ->
+        # 0.984, longtail14 0.973 -> 1.006, 64 x 128 0.812 -> 0.971 (16-row boxes: 0.885, 0.965, 0.871).
+        page_tma = 128 if layout_class.kv == "paged" else 0
+        return TileConfig(
+            128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=_rows(layout_class), page_tma=page_tma
+        )
     if d_qk <= 192:
         return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True)
     return TileConfig(128, 80, 2, pingpong=False, overlap=True)
