@@ -139,6 +139,16 @@ def test_d128_paged_classes_take_whole_blocks_by_one_box_per_stage():
         assert cfg.page_tma == 0 or cfg.tile_n % cfg.page_tma == 0
 
 
+@pytest.mark.parametrize("small", [8, 48, 128])
+def test_second_box_sizes_that_do_not_divide_the_first_are_refused(small):
+    """TileConfig.page_tma_small: 16, 32 or 64 keys dividing page_tma, only beside it."""
+    with pytest.raises(ValueError, match="page_tma_small"):
+        TileConfig(128, 128, page_tma=128, page_tma_small=small)
+    with pytest.raises(ValueError, match="page_tma_small"):
+        TileConfig(128, 128, page_tma_small=64)  # no first box
+    assert TileConfig(128, 128, page_tma=128, page_tma_small=64).page_tma_small == 64
+
+
 @pytest.mark.parametrize("box", [8, 48, 256])
 def test_page_box_sizes_that_do_not_divide_the_tile_are_refused(box):
     with pytest.raises(ValueError, match="page_tma"):
@@ -165,12 +175,14 @@ def test_register_split_fits_what_the_launch_allocates(dims, kv, page_tma):
     assert k.mma_regs % 8 == 0 and k.producer_regs % 8 == 0 and k.mma_regs <= 240
 
 
-@pytest.mark.parametrize("box", [16, 64])
+@pytest.mark.parametrize("box", [16, 64, (128, 64)])
 def test_paged_class_with_page_boxes_compiles_without_spills(box, capfd):
-    """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather): the producer warpgroup's 56
-    registers hold the box coordinates without spilling."""
+    """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather; a pair: page_tma and
+    page_tma_small): the producer warpgroup's 56 registers hold the box coordinates without spilling."""
     lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
-    compile_forward(lc, extra_options="remarks{ptx}", config=dataclasses.replace(tile_config(lc), page_tma=box))
+    big, small = box if isinstance(box, tuple) else (box, 0)
+    config = dataclasses.replace(tile_config(lc), page_tma=big, page_tma_small=small)
+    compile_forward(lc, extra_options="remarks{ptx}", config=config)
     out, err = capfd.readouterr()
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
     assert spills and all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"

@@ -212,6 +212,7 @@ class RaggedForwardSm90(MmaMainloops):
         self.l2_kv_head_groups = config.l2_kv_head_groups
         self.q_first = config.q_first  # load_tile and load_paged_tile
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
+        self.page_tma_small = config.page_tma_small if paged else 0  # the second box, for the other page sizes
         self.paged_consumer_fence = config.paged_consumer_fence  # mainloop.kv_wait: fence cp.async-written stages
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
@@ -355,6 +356,7 @@ class RaggedForwardSm90(MmaMainloops):
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()
         tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb = None, None, None, None  # paged with page_tma
+        tma_atom_Kb2, tma_Kb2, tma_atom_Vb2, tma_Vb2 = None, None, None, None  # and with page_tma_small
         tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(
             load_op, mQt, cute.select(sQ_layout, mode=[0, 1]), (self.tile_m, self.d_qk)
         )
@@ -374,6 +376,9 @@ class RaggedForwardSm90(MmaMainloops):
             if const_expr(self.page_tma):
                 tma_atom_Kb, tma_Kb = make_page_box_tma(mK, sK_layout, self.tile_n, self.d_qk, self.page_tma)
                 tma_atom_Vb, tma_Vb = make_page_box_tma(mV, sV_layout, self.tile_n, self.d_v, self.page_tma)
+            if const_expr(self.page_tma_small):
+                tma_atom_Kb2, tma_Kb2 = make_page_box_tma(mK, sK_layout, self.tile_n, self.d_qk, self.page_tma_small)
+                tma_atom_Vb2, tma_Vb2 = make_page_box_tma(mV, sV_layout, self.tile_n, self.d_v, self.page_tma_small)
         else:
             mKt = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[0, 2, 1]))
             mVt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[0, 2, 1]))
@@ -479,6 +484,10 @@ class RaggedForwardSm90(MmaMainloops):
             tma_Kb,
             tma_atom_Vb,
             tma_Vb,
+            tma_atom_Kb2,
+            tma_Kb2,
+            tma_atom_Vb2,
+            tma_Vb2,
             packed,
             tiles_max,
             num_tiles,
@@ -591,6 +600,10 @@ class RaggedForwardSm90(MmaMainloops):
         tma_Kb: Optional[cute.Tensor],  # paged with page_tma: box coordinates (page_size, d_qk, H_kv, num_pages)
         tma_atom_Vb: Optional[cute.CopyAtom],
         tma_Vb: Optional[cute.Tensor],
+        tma_atom_Kb2: Optional[cute.CopyAtom],  # paged with page_tma_small: the smaller boxes
+        tma_Kb2: Optional[cute.Tensor],
+        tma_atom_Vb2: Optional[cute.CopyAtom],
+        tma_Vb2: Optional[cute.Tensor],
         packed: Int32,  # 1: tile slots packed by sequence, 0: tiles_max per sequence (tile_scheduler.py)
         tiles_max: Int32,
         num_tiles: Int64,  # linear tile indices in all
@@ -637,6 +650,9 @@ class RaggedForwardSm90(MmaMainloops):
             if const_expr(self.page_tma):
                 cpasync.prefetch_descriptor(tma_atom_Kb)
                 cpasync.prefetch_descriptor(tma_atom_Vb)
+            if const_expr(self.page_tma_small):
+                cpasync.prefetch_descriptor(tma_atom_Kb2)
+                cpasync.prefetch_descriptor(tma_atom_Vb2)
         if const_expr(self.tma_o_store):
             if warp_idx % 4 == 0 and warp_idx >= 4:  # the warp of each MMA warpgroup that stores O
                 cpasync.prefetch_descriptor(tma_atom_O)
@@ -747,7 +763,7 @@ class RaggedForwardSm90(MmaMainloops):
                 self.load_paged(
                     q_tma, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
                     pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff, lse_args, warp_idx,
-                    (tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb),
+                    (tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb, tma_atom_Kb2, tma_Kb2, tma_atom_Vb2, tma_Vb2),
                 )  # fmt: skip
             else:
                 if warp_idx == 0:
@@ -1280,7 +1296,7 @@ class RaggedForwardSm90(MmaMainloops):
         handoff,
         lse_args,
         warp_idx: Int32,
-        boxes,  # (tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb): page_tma's box copies, else Nones
+        boxes,  # (tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb, then page_tma_small's four): box copies, else Nones
     ):
         """Producer warpgroup of the paged class, on the dynamic schedule of the ragged one: warp 0
         takes the tickets, decodes each tile (the whole warp searches cu_seqlens_q) and hands it
@@ -1328,6 +1344,14 @@ class RaggedForwardSm90(MmaMainloops):
                 & (cute.size(mK.shape[3]) == self.d_qk)
                 & (cute.size(mV.shape[3]) == self.d_v)
             )
+        if const_expr(self.page_tma_small):
+            # 1: page_tma's boxes; 2: page_tma_small's (page sizes a multiple of it only); 0: gather.
+            small_ok = Int32(
+                (cute.size(mK.shape[1]) % self.page_tma_small == 0)
+                & (cute.size(mK.shape[3]) == self.d_qk)
+                & (cute.size(mV.shape[3]) == self.d_v)
+            )
+            box_ok = box_ok + (1 - box_ok) * small_ok * 2
         n_block_min, n_block_max = block_info.n_block_range()
         n_blocks = n_block_max - n_block_min
         if n_blocks > 0:
@@ -1341,7 +1365,15 @@ class RaggedForwardSm90(MmaMainloops):
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
             block = (loads, kv, box_ok, head_kv, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items)
-            if const_expr(self.page_tma):
+            if const_expr(self.page_tma_small):
+                kind = self.box_block(box_ok, n_block, seqlen.len_k)
+                if kind == 1:
+                    self.load_paged_block(block, 1)
+                elif kind == 2:
+                    self.load_paged_block(block, 2)
+                else:
+                    self.load_paged_block(block, 0)
+            elif const_expr(self.page_tma):
                 if self.box_block(box_ok, n_block, seqlen.len_k) != 0:
                     self.load_paged_block(block, True)
                 else:
@@ -1353,11 +1385,11 @@ class RaggedForwardSm90(MmaMainloops):
         return q_state, kv_state
 
     @cute.jit
-    def load_paged_block(self, block, by_box: cutlass.Constexpr[bool]):
+    def load_paged_block(self, block, by_box: cutlass.Constexpr[int]):
         """Block i of a paged tile (key block n_block): K then V, by the 128 threads' cp.async
-        gather, or (by_box: a block wholly inside len_k, page_tma) by warp 0's TMA boxes; the
-        next block's page-table reads start before the stage waits, Q goes after K where not
-        q_first."""
+        gather, or (by_box: a block wholly inside len_k) by warp 0's TMA boxes, page_tma's (1) or
+        page_tma_small's (2); the next block's page-table reads start before the stage waits, Q
+        goes after K where not q_first."""
         loads, kv, box_ok, head_kv, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items = block
         q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
         page, slot = None, None
@@ -1368,26 +1400,29 @@ class RaggedForwardSm90(MmaMainloops):
         if i + 1 < n_blocks:
             self.fetch_block_pages(kv, box_ok, n_block - 1, seqlen.len_k)  # in flight during the waits
         stage = (kv, kv_state, n_block, head_kv, warp_idx, page, slot)
-        self.load_paged_stage(stage, pipe_k, sK, boxes[0], boxes[1], self.bytes_k, self.d_qk, True, by_box)
+        box = boxes[4:] if const_expr(by_box == 2) else boxes[:4]
+        self.load_paged_stage(stage, pipe_k, sK, box[0], box[1], self.bytes_k, self.d_qk, True, by_box)
         if const_expr(not self.q_first):
             if i == 0:
                 if warp_idx == 0:
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items, sched[12])
-        self.load_paged_stage(stage, pipe_v, sV, boxes[2], boxes[3], self.bytes_v, self.d_v, False, by_box)
+        self.load_paged_stage(stage, pipe_v, sV, box[2], box[3], self.bytes_v, self.d_v, False, by_box)
 
     @cute.jit
     def load_paged_stage(
         self, stage, pipe, sX, box_atom, box_coords, nbytes: cutlass.Constexpr[int], d: cutlass.Constexpr[int],
-        is_k: cutlass.Constexpr[bool], by_box: cutlass.Constexpr[bool],
+        is_k: cutlass.Constexpr[bool], by_box: cutlass.Constexpr[int],
     ):  # fmt: skip
-        """One K or V stage of `load_paged_block`: acquire it, then warp 0's TMA boxes (by_box; the
-        box's expected bytes on the stage barrier) or the 128 threads' cp.async gather, committed."""
+        """One K or V stage of `load_paged_block`: acquire it, then warp 0's TMA boxes (by_box 1:
+        page_tma's, 2: page_tma_small's; the box's expected bytes on the stage barrier) or the 128
+        threads' cp.async gather, committed."""
         kv, kv_state, n_block, head_kv, warp_idx, page, slot = stage
         pipe.producer_acquire(kv_state)
         if const_expr(by_box):
             kv.load_boxes(
                 box_atom, box_coords[None, None, head_kv, None], sX[None, None, kv_state.index],
                 pipe.producer_get_barrier(kv_state), nbytes, d, warp_idx, page, slot,
+                self.page_tma_small if const_expr(by_box == 2) else 0,
             )  # fmt: skip
         else:
             kv.load(n_block, sX[None, None, kv_state.index], is_k)
@@ -1396,7 +1431,8 @@ class RaggedForwardSm90(MmaMainloops):
 
     @cute.jit
     def box_block(self, box_ok: Int32, n_block: Int32, len_k: Int32) -> Int32:
-        """1 where key block n_block arrives as TMA boxes: page_tma, box_ok, and wholly inside len_k."""
+        """Non-zero where key block n_block arrives as TMA boxes (box_ok's kind: 1 page_tma's, 2
+        page_tma_small's) : page_tma, box_ok, and wholly inside len_k."""
         by_box = Int32(0)
         if const_expr(self.page_tma):
             by_box = box_ok * Int32((n_block + 1) * self.tile_n <= len_k)
@@ -1406,7 +1442,15 @@ class RaggedForwardSm90(MmaMainloops):
     def fetch_block_pages(self, kv: PagedKV, box_ok: Int32, n_block: Int32, len_k: Int32):
         """Start the page-table reads of key block n_block: its boxes' pages (`box_block`) or this
         thread's gather rows'."""
-        if const_expr(self.page_tma):
+        if const_expr(self.page_tma_small):
+            kind = self.box_block(box_ok, n_block, len_k)
+            if kind == 1:
+                kv.fetch_box_pages(n_block)
+            elif kind == 2:
+                kv.fetch_box_pages(n_block, self.page_tma_small)
+            else:
+                kv.fetch_pages(n_block)
+        elif const_expr(self.page_tma):
             if self.box_block(box_ok, n_block, len_k) != 0:
                 kv.fetch_box_pages(n_block)
             else:

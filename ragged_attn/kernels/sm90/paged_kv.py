@@ -193,12 +193,13 @@ class PagedKV:
             self.slots[e] = slot
 
     @cute.jit
-    def fetch_box_pages(self, n_block: Int32):
+    def fetch_box_pages(self, n_block: Int32, box_rows: cutlass.Constexpr[int] = 0):
         """TMA boxes (warp 0, lane l < tile_n / box_rows): start the page-table read of box l of
         key block n_block (keys n_block * tile_n + box_rows l ..), into `box_pages` and
-        `box_slots`; `load_boxes(n_block, ...)` uses them."""
-        if self.tidx < self.tile_n // self.box_rows:
-            token = cutlass.min(n_block * self.tile_n + self.tidx * self.box_rows, self.len_k - 1)
+        `box_slots`; `load_boxes(n_block, ...)` uses them. box_rows 0: the instance's."""
+        box_rows = box_rows or self.box_rows
+        if self.tidx < self.tile_n // box_rows:
+            token = cutlass.min(n_block * self.tile_n + self.tidx * box_rows, self.len_k - 1)
             page_idx, slot = divmod(cutlass.max(token, 0), self.page_div)
             self.box_pages[0] = Int32(self.mPages[page_idx])
             self.box_slots[0] = slot
@@ -206,7 +207,7 @@ class PagedKV:
     @cute.jit
     def load_boxes(
         self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, num_bytes: int, d: int,
-        warp_idx: Int32, page: Int32, slot: Int32,
+        warp_idx: Int32, page: Int32, slot: Int32, box_rows: cutlass.Constexpr[int] = 0,
     ):  # fmt: skip
         """A key block's (tile_n, d) tile sX by TMA boxes (a block wholly inside len_k; page, slot:
         what `fetch_box_pages` read for it, lane l holding box l's): lane 0 of warp 0 arrives on
@@ -215,17 +216,18 @@ class PagedKV:
         elected lane of the threads that reach it, so it is called by the whole warp with
         warp-uniform coordinates); lane 0 of warps 1-3 and lane 1 of warp 0 arrive for the rest of
         their warps (the barrier counts the 128 producer threads). tma_pool: this K/V head's box
-        coordinates, (page_size, d, num_pages)."""
+        coordinates, (page_size, d, num_pages). box_rows 0: the instance's."""
+        box_rows = box_rows or self.box_rows
         if warp_idx == 0:
             lane = cute.arch.lane_idx()
             if lane == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(bar, num_bytes)
             cute.arch.sync_warp()
-            for b in cutlass.range_constexpr(self.tile_n // self.box_rows):
+            for b in cutlass.range_constexpr(self.tile_n // box_rows):
                 box_page = cute.arch.shuffle_sync(page, b)
                 box_slot = cute.arch.shuffle_sync(slot, b)
-                g_box = cute.local_tile(tma_pool[None, None, box_page], (self.box_rows, d), (box_slot // self.box_rows, 0))
-                s_box = cute.local_tile(sX, (self.box_rows, d), (b, 0))
+                g_box = cute.local_tile(tma_pool[None, None, box_page], (box_rows, d), (box_slot // box_rows, 0))
+                s_box = cute.local_tile(sX, (box_rows, d), (b, 0))
                 t_s, t_g = cpasync.tma_partition(
                     tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
                 )

@@ -74,6 +74,9 @@ class TileConfig:
     # of this many keys (one page each) where the page size is a multiple of it (paged_kv.py); off,
     # or other page sizes: the cp.async gather of the whole producer warpgroup.
     page_tma: int = 0
+    # Paged classes with page_tma: a second, smaller box for page sizes that are a multiple of it but
+    # not of page_tma (e.g. 64 beside 128: page 64 as two 64-key boxes per stage); 0: none.
+    page_tma_small: int = 0
     # Row packing (tile_scheduler.py: FlashAttention 3's PackGQA at row granularity): where the launch
     # asks for it (run-time `pack_rows`, launch.py) a unit is one K/V head of a sequence and its
     # g = H_q / H_kv query heads' rows are packed token-major into the tile's rows (decode rows: g
@@ -100,6 +103,13 @@ class TileConfig:
         if self.page_tma and (self.page_tma not in (16, 32, 64, 128) or self.tile_n % self.page_tma):
             raise ValueError(
                 f"TileConfig.page_tma: expected 0 or 16, 32, 64 or 128 keys dividing tile_n {self.tile_n}, got {self.page_tma}"
+            )
+        if self.page_tma_small and (
+            not self.page_tma or self.page_tma_small not in (16, 32, 64) or self.page_tma % self.page_tma_small
+        ):
+            raise ValueError(
+                f"TileConfig.page_tma_small: expected 0 or 16, 32 or 64 keys dividing page_tma {self.page_tma}, "
+                f"got {self.page_tma_small}"
             )
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
