@@ -7,6 +7,7 @@ Times: do_bench median and GPU-only median (ragged_attn.bench.timing.gpu_ms). Ou
 through `launch_forward` (no API checks); kernels from RAGGED_ATTN_SM90_PREBUILT or compiled here.
 PAGED_BENCH_LENS=N,N,... replaces the 14 lengths (e.g. 8192 for one long sequence, or 64 x 128:
 `python -c "print(','.join(['128'] * 64))"`), to tell a per-tile cost from a per-block one.
+PAGED_BENCH_D=64|96|128|192 picks the head-dim class (192: d_qk 192, d_v 128; default 128).
 PAGED_BENCH_INTERLEAVED=R: after the table, every run again in R rounds interleaved
 (ragged_attn.bench.timing.gpu_ms_interleaved: clock drift falls on all runs alike), GPU ms medians.
 Usage: [RAGGED_ATTN_VARIANTS=v1,v2] [PAGED_BENCH_FA4=0] python tools/bench_paged_sm90.py (variants: the kernels built into
@@ -30,13 +31,15 @@ from ragged_attn.bench.workloads import longtail_lengths  # noqa: E402
 from ragged_attn.kernels.sm90 import compile_forward, launch_forward  # noqa: E402
 from ragged_attn.layout_class import LayoutClass  # noqa: E402
 
-H_Q, H_KV, D = 32, 8, 128
+H_Q, H_KV = 32, 8
+D = int(os.environ.get("PAGED_BENCH_D", "128"))  # d_qk
+D_V = 128 if D == 192 else D
 
 
 def kernel(kv, sub=""):
     """This tree's kernel of the class, or (sub) a variant's from RAGGED_ATTN_SM90_PREBUILT/<sub>/
     (None when that build is missing)."""
-    lc = LayoutClass("sm_90a", D, D, "bf16", "bf16", "causal", True, kv)
+    lc = LayoutClass("sm_90a", D, D_V, "bf16", "bf16", "causal", True, kv)
     path = os.path.join(os.environ.get("RAGGED_ATTN_SM90_PREBUILT", ""), sub, lc.name + ".o")
     if os.environ.get("RAGGED_ATTN_SM90_PREBUILT") and os.path.exists(path):
         import cutlass.cute as cute
@@ -56,13 +59,13 @@ def make_problem(dev="cuda"):
     g = torch.Generator(device=dev).manual_seed(0)
     q = torch.randn(total, H_Q, D, device=dev, dtype=dt, generator=g)
     k = torch.randn(total, H_KV, D, device=dev, dtype=dt, generator=g)
-    v = torch.randn(total, H_KV, D, device=dev, dtype=dt, generator=g)
+    v = torch.randn(total, H_KV, D_V, device=dev, dtype=dt, generator=g)
     cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32, device=dev)
     used = torch.tensor(lens, dtype=torch.int32, device=dev)
-    out = torch.empty_like(q)
+    out = torch.empty(total, H_Q, D_V, device=dev, dtype=dt)
     lse = torch.empty(total, H_Q, device=dev)
     pairs = sum(n * (n + 1) // 2 for n in lens)
-    flops = 4 * H_Q * D * pairs
+    flops = 2 * H_Q * (D + D_V) * pairs
     common = dict(out=out, lse=lse, cu_seqlens_q=cu, seqused_q=None, batch=len(lens), max_seqlen_q=max(lens),
                   lse_s_max=0, softmax_scale=D**-0.5, window_left=-1, window_right=-1, bottom_right=True,
                   lse_strides=(0, H_Q, H_Q, 1))
@@ -71,7 +74,7 @@ def make_problem(dev="cuda"):
         n_pages = [(n + ps - 1) // ps for n in lens]
         perm = torch.randperm(sum(n_pages), generator=torch.Generator().manual_seed(ps)).to(dev)
         kp = torch.full((sum(n_pages), ps, H_KV, D), float("nan"), device=dev, dtype=dt)
-        vp = torch.full_like(kp, float("nan"))
+        vp = torch.full((sum(n_pages), ps, H_KV, D_V), float("nan"), device=dev, dtype=dt)
         table = torch.zeros(len(lens), max(n_pages), dtype=torch.int32, device=dev)
         start, nxt = 0, 0
         for b, (n, npg) in enumerate(zip(lens, n_pages)):
@@ -149,7 +152,7 @@ def main():
         rows.append((f"FA4 not importable: {e}", 0, 0, 0, 0, float("nan")))
 
     name = torch.cuda.get_device_name()
-    print(f"\n{datetime.date.today()} {name}: longtail14 {lens}, h {H_Q}/{H_KV}, d {D}, bf16, causal, LSE")
+    print(f"\n{datetime.date.today()} {name}: longtail14 {lens}, h {H_Q}/{H_KV}, d {D}/{D_V}, bf16, causal, LSE")
     print("| run | do_bench ms | GPU ms | TFLOP/s (do_bench) | TFLOP/s (GPU) | max abs diff vs ragged |")
     print("|---|---|---|---|---|---|")
     base = rows[0][4] if rows and rows[0][4] else None
