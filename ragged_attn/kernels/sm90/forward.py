@@ -1432,7 +1432,7 @@ class RaggedForwardSm90(MmaMainloops):
     @cute.jit
     def box_block(self, box_ok: Int32, n_block: Int32, len_k: Int32) -> Int32:
         """Non-zero where key block n_block arrives as TMA boxes (box_ok's kind: 1 page_tma's, 2
-        page_tma_small's) : page_tma, box_ok, and wholly inside len_k."""
+        page_tma_small's): page_tma, box_ok, and wholly inside len_k."""
         by_box = Int32(0)
         if const_expr(self.page_tma):
             by_box = box_ok * Int32((n_block + 1) * self.tile_n <= len_k)
