@@ -112,21 +112,10 @@ def store_tile(
             lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, tile_m, d_v,
         )  # fmt: skip
     elif const_expr(has_lse):
-        cO = cute.make_identity_tensor((tile_m, d_v))
-        tOcO = acc_rows_view(tiled_mma_pv.get_slice(tidx).partition_C(cO))
-        if tOcO[0, 0][1] == 0:  # the thread of each quad that holds column 0
-            # One 64-bit index for the thread's first row; its other rows are a constant number of
-            # rows further (the thread's base row cancels), one multiply-add each.
-            row_first = tOcO[0, 0][0]
-            idx_first = lse_index(seqlen, batch_idx, head_idx, row0 + row_first, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
-            for r in cutlass.range_constexpr(cute.size(tOcO, mode=[0])):
-                row_in_tile = tOcO[r, 0][0]
-                row = row0 + row_in_tile
-                idx = idx_first + Int64(row_in_tile - row_first) * lse_s_row
-                if row_in_tile < rows_left:
-                    mLSE[idx] = lse2[r] * lse_scale
-                elif row < lse_s_max:
-                    mLSE[idx] = -Float32.inf
+        store_lse(
+            lse2, tiled_mma_pv, mLSE, seqlen, tidx, row0, head_idx, batch_idx, rows_left, lse_s_max,
+            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, tile_m, d_v,
+        )  # fmt: skip
 
     if const_expr(use_tma):
         cute.arch.fence_view_async_shared()  # the stmatrix writes, before the async proxy reads them
@@ -185,6 +174,8 @@ def store_lse(
     cO = cute.make_identity_tensor((tile_m, d_v))
     tOcO = acc_rows_view(tiled_mma_pv.get_slice(tidx).partition_C(cO))
     if tOcO[0, 0][1] == 0:  # the thread of each quad that holds column 0
+        # One 64-bit index for the thread's first row; its other rows are a constant number of
+        # rows further (the thread's base row cancels), one multiply-add each.
         row_first = tOcO[0, 0][0]
         idx_first = lse_index(seqlen, batch_idx, head_idx, row0 + row_first, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
         for r in cutlass.range_constexpr(cute.size(tOcO, mode=[0])):
