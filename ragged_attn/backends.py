@@ -239,7 +239,8 @@ def pack_rows_for(layout_class: LayoutClass, problem: Problem) -> bool:
     max_q = problem.max_seqlen_q if problem.max_seqlen_q is not None else problem.total_q
     return bool(
         split_kv.choose_pack_rows(
-            problem.batch, problem.total_q, max_q, problem.h_q, problem.h_kv, cfg.tile_m, problem.lse_s_max
+            problem.batch, problem.total_q, max_q, problem.h_q, problem.h_kv, cfg.tile_m, problem.lse_s_max,
+            problem.max_seqlen_k,
         )
     )
 

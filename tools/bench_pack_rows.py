@@ -1,10 +1,10 @@
 """Row packing forced on and off, interleaved, on batches around `split_kv.choose_pack_rows`' rule.
 
 For each batch (32/8 heads, d 128, bf16, causal, LSE, ragged K/V with q and k lengths alike unless
-said): the tile counts unpacked and row-packed, what the rule picks (PACK_ROWS_MIN_SAVING), and the
+said): the tile counts unpacked and row-packed, what the rule picks (PACK_ROWS_ALWAYS / PACK_ROWS_LONG with max_seqlen_k), and the
 d128 class's GPU time with `launch_forward(pack_rows=False)` and `(pack_rows=True)`, both in one
 `gpu_ms_interleaved` run (L2 flushed, sleep head start), so the rule's threshold can be set from
-measurements (docs/benchmarks/2026-12-03-h200-issue10-session12, section 6).
+measurements (docs/benchmarks/2026-12-03-h200-issue10-session12, section 6; -session13).
 
 Usage: [RAGGED_ATTN_SM90_PREBUILT=DIR] [PACK_BENCH_ROUNDS=20] python tools/bench_pack_rows.py
 (the kernel from DIR/<class>.o when there, else compiled here; needs a GPU)
@@ -32,7 +32,8 @@ H_Q, H_KV, D = 32, 8, 128
 
 
 def batches():
-    """(name, lens_q, lens_k): prefill mixes that the 1/10 rule packed, short rows, decode rows."""
+    """(name, lens_q, lens_k): prefill mixes that a 1/10 rule packed, short rows over one block and
+    over long keys, decode rows."""
     from bench_vllm_mixed import vllm_mixed_lengths
 
     vq, vk, _ = vllm_mixed_lengths()
@@ -41,6 +42,8 @@ def batches():
         ("100 x 300", [300] * 100, None),
         ("32 x 64", [64] * 32, None),
         ("64 x 32", [32] * 64, None),
+        ("32 x 64 over 2048", [64] * 32, [2048] * 32),
+        ("32 x 64 over 8192", [64] * 32, [8192] * 32),
         ("uniform14", list(uniform_lengths_until(16384)), None),
         ("vLLM mixed (ragged K/V)", list(vq), list(vk)),
         ("decode 64 x 1 over 4096", [1] * 64, [4096] * 64),
@@ -79,7 +82,7 @@ def main():
         args = (len(lens_q), tq, max(lens_q), H_Q, H_KV)
         unpacked_tiles = unsplit_tiles(*args, 128, False)
         packed_tiles = row_packed_tiles(*args, 128)
-        rows.append((name, len(lens_q), tq, unpacked_tiles, packed_tiles, choose_pack_rows(*args, 128),
+        rows.append((name, len(lens_q), tq, unpacked_tiles, packed_tiles, choose_pack_rows(*args, 128, 0, max(lens_k)),
                      ms["unpacked"], ms["packed"], diff))  # fmt: skip
         print(f"done {name}", flush=True)
     print(f"\n{datetime.date.today()} {torch.cuda.get_device_name()}: h {H_Q}/{H_KV}, d {D}, bf16, causal, LSE, "

@@ -188,7 +188,7 @@ def test_library_packs_rows_of_vllms_mixed_batch():
     v = torch.randn(sum(lens_k), 8, 128, generator=g).to(torch.bfloat16).cuda()
     cu_q = torch.tensor([0] + [sum(lens_q[: i + 1]) for i in range(len(lens_q))], dtype=torch.int32).cuda()
     cu_k = torch.tensor([0] + [sum(lens_k[: i + 1]) for i in range(len(lens_k))], dtype=torch.int32).cuda()
-    assert choose_pack_rows(len(lens_q), sum(lens_q), max(lens_q), 32, 8, 128) == 1
+    assert choose_pack_rows(len(lens_q), sum(lens_q), max(lens_q), 32, 8, 128, 0, max(lens_k)) == 1
     args = (q, k, v, cu_q, cu_k, max(lens_q), max(lens_k))
     for opts in (dict(causal=True), dict(causal=True, return_lse=True, lse_layout="token_major")):
         want = ragged_attn.attention(*args, backend="reference", **opts)

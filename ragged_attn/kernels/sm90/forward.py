@@ -213,6 +213,7 @@ class RaggedForwardSm90(MmaMainloops):
         self.q_first = config.q_first  # load_tile and load_paged_tile
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
         self.page_tma_small = config.page_tma_small if paged else 0  # the second box, for the other page sizes
+        self.page_box_warps = config.page_box_warps  # producer warps issuing a block's boxes
         self.paged_consumer_fence = config.paged_consumer_fence  # mainloop.kv_wait: fence cp.async-written stages
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
@@ -1335,6 +1336,7 @@ class RaggedForwardSm90(MmaMainloops):
         kv = PagedKV.create(
             mK, mV, mPageTable, batch_idx, head_kv, seqlen.len_k, tidx, gather_copy,
             self.dtype, self.tile_n, self.d_qk, self.d_v, self.page_tma if self.page_tma else BOX_ROWS,
+            self.page_box_warps,
         )  # fmt: skip
         # Box loads need a page size that is a multiple of a box and pools as wide as the class.
         box_ok = Int32(0)

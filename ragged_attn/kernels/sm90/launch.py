@@ -370,6 +370,7 @@ def launch_forward(
     fresh_outputs: bool = False,
     split_compiled=None,
     pack_rows=None,
+    max_seqlen_k=None,
 ):
     """Launch `compiled` on torch's current stream. The caller has checked everything.
 
@@ -409,7 +410,8 @@ def launch_forward(
     split launches (its workspace LSE is merged and dropped; only out is written); None otherwise.
     Not used when num_splits is 1.
     pack_rows: row packing of GQA groups (tile_scheduler.py) for a class that has it
-    (TileConfig.pack_rows): None lets `split_kv.choose_pack_rows` decide from host integers; True /
+    (TileConfig.pack_rows): None lets `split_kv.choose_pack_rows` decide from host integers (with
+    max_seqlen_k, keys, where given: its long-key rule needs it); True /
     False force it on / off (tests, benchmarks; on means "where it applies": H_q > H_kv, no padded
     LSE; a class without it ignores the flag).
     fresh_outputs: out and lse were made for this call, so the merge may write their rows outside
@@ -455,7 +457,7 @@ def launch_forward(
         from .split_kv import choose_pack_rows
 
         h_kv = k.shape[2] if page_table is not None else k.shape[1]
-        pack_rows = choose_pack_rows(batch, q.shape[0], max_seqlen_q, q.shape[1], h_kv, 128, lse_s_max)
+        pack_rows = choose_pack_rows(batch, q.shape[0], max_seqlen_q, q.shape[1], h_kv, 128, lse_s_max, max_seqlen_k)
     lse_flat = None
     if lse is not None:
         span = 1 + sum((n - 1) * s for n, s in zip(lse.shape, lse.stride()) if n > 0)

@@ -97,6 +97,7 @@ class PagedKV:
         d_v: int,
         page_div=None,  # cute.FastDivmodDivisorV2 of the page size (made here when None)
         box_rows: int = BOX_ROWS,  # keys per TMA box (TileConfig.page_tma)
+        box_warps: int = 1,  # producer warps that issue a block's boxes (TileConfig.page_box_warps)
     ):
         self.mK = mK
         self.mV = mV
@@ -109,6 +110,7 @@ class PagedKV:
         self.d_qk = d_qk
         self.d_v = d_v
         self.box_rows = box_rows
+        self.box_warps = box_warps
         self.tpr = threads_per_row(dtype, d_qk, d_v)
         self.rows_per_pass = PRODUCER_THREADS // self.tpr
         self.entries = (tile_n + PRODUCER_THREADS - 1) // PRODUCER_THREADS
@@ -157,6 +159,7 @@ class PagedKV:
         d_qk: int,
         d_v: int,
         box_rows: int = BOX_ROWS,
+        box_warps: int = 1,
     ) -> "PagedKV":
         return PagedKV(
             mK[None, None, head_kv, None],
@@ -170,6 +173,7 @@ class PagedKV:
             d_qk,
             d_v,
             box_rows=box_rows,
+            box_warps=box_warps,
         )
 
     @cute.jit
@@ -192,14 +196,26 @@ class PagedKV:
             self.pages[e] = Int32(self.mPages[page_idx])
             self.slots[e] = slot
 
+    def boxes_per_warp(self, box_rows: int) -> int:
+        """Boxes each issuing warp takes of a key block (box_warps warps share the tile_n / box_rows
+        boxes; 1, 2, 4 or 8 boxes divide evenly)."""
+        return -(-(self.tile_n // box_rows) // self.box_warps)
+
     @cute.jit
     def fetch_box_pages(self, n_block: Int32, box_rows: cutlass.Constexpr[int] = 0):
-        """TMA boxes (warp 0, lane l < tile_n / box_rows): start the page-table read of box l of
-        key block n_block (keys n_block * tile_n + box_rows l ..), into `box_pages` and
-        `box_slots`; `load_boxes(n_block, ...)` uses them. box_rows 0: the instance's."""
+        """TMA boxes: start the page-table read of each box of key block n_block (box b: keys
+        n_block * tile_n + box_rows b ..), into `box_pages` and `box_slots` of the lane that issues
+        it (box_warps 1: lane b of warp 0; else lane j of warp w holds box w * per_warp + j, per_warp
+        = `boxes_per_warp`); `load_boxes(n_block, ...)` uses them. box_rows 0: the instance's."""
         box_rows = box_rows or self.box_rows
-        if self.tidx < self.tile_n // box_rows:
-            token = cutlass.min(n_block * self.tile_n + self.tidx * box_rows, self.len_k - 1)
+        per_warp = self.boxes_per_warp(box_rows)
+        lane = self.tidx % cute.arch.WARP_SIZE
+        box = self.tidx // cute.arch.WARP_SIZE * per_warp + lane
+        holds = self.tidx < self.tile_n // box_rows
+        if const_expr(self.box_warps > 1):
+            holds = (lane < per_warp) & (box < self.tile_n // box_rows)
+        if holds:
+            token = cutlass.min(n_block * self.tile_n + box * box_rows, self.len_k - 1)
             page_idx, slot = divmod(cutlass.max(token, 0), self.page_div)
             self.box_pages[0] = Int32(self.mPages[page_idx])
             self.box_slots[0] = slot
@@ -210,32 +226,76 @@ class PagedKV:
         warp_idx: Int32, page: Int32, slot: Int32, box_rows: cutlass.Constexpr[int] = 0,
     ):  # fmt: skip
         """A key block's (tile_n, d) tile sX by TMA boxes (a block wholly inside len_k; page, slot:
-        what `fetch_box_pages` read for it, lane l holding box l's): lane 0 of warp 0 arrives on
-        the stage barrier bar expecting num_bytes, then the whole warp issues box l = 0 .. tile_n /
-        box_rows - 1 with lane l's page and slot (shuffled; the DSL's TMA copy issues from one
-        elected lane of the threads that reach it, so it is called by the whole warp with
-        warp-uniform coordinates); lane 0 of warps 1-3 and lane 1 of warp 0 arrive for the rest of
-        their warps (the barrier counts the 128 producer threads). tma_pool: this K/V head's box
-        coordinates, (page_size, d, num_pages). box_rows 0: the instance's."""
+        what `fetch_box_pages` read for it, held by the lanes that issue the boxes): lane 0 of warp
+        0 arrives on the stage barrier bar expecting num_bytes; each issuing warp (warp 0, or the
+        first tile_n / box_rows / per_warp of box_warps warps) issues its boxes, each with its
+        holder lane's page and slot (shuffled; the DSL's TMA copy issues from one elected lane of
+        the threads that reach it, so the whole warp calls it with warp-uniform coordinates); lane
+        1 of warp 0 and lane 0 of warps 1-3 arrive for the rest of their warps (the barrier counts
+        the 128 producer threads). A box of another warp may complete its bytes before warp 0's
+        expect: the barrier's tx-count may go below zero, and the phase cannot complete before warp
+        0's arrival. tma_pool: this K/V head's box coordinates, (page_size, d, num_pages). box_rows
+        0: the instance's."""
         box_rows = box_rows or self.box_rows
+        if const_expr(self.box_warps == 1):
+            self.load_boxes_one_warp(tma_atom, tma_pool, sX, bar, num_bytes, d, warp_idx, page, slot, box_rows)
+        else:
+            self.load_boxes_warps(tma_atom, tma_pool, sX, bar, num_bytes, d, warp_idx, page, slot, box_rows)
+
+    @cute.jit
+    def load_boxes_one_warp(
+        self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, num_bytes: int, d: int,
+        warp_idx: Int32, page: Int32, slot: Int32, box_rows: cutlass.Constexpr[int],
+    ):  # fmt: skip
+        """`load_boxes` with box_warps 1: warp 0 issues every box."""
         if warp_idx == 0:
             lane = cute.arch.lane_idx()
             if lane == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(bar, num_bytes)
             cute.arch.sync_warp()
             for b in cutlass.range_constexpr(self.tile_n // box_rows):
-                box_page = cute.arch.shuffle_sync(page, b)
-                box_slot = cute.arch.shuffle_sync(slot, b)
-                g_box = cute.local_tile(tma_pool[None, None, box_page], (box_rows, d), (box_slot // box_rows, 0))
-                s_box = cute.local_tile(sX, (box_rows, d), (b, 0))
-                t_s, t_g = cpasync.tma_partition(
-                    tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
-                )
-                cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar)
+                self.issue_box(tma_atom, tma_pool, sX, bar, d, page, slot, box_rows, b, b)
             if lane == 1:
                 cute.arch.mbarrier_arrive(bar, arrive_count=31)  # for lanes 1 .. 31
         else:
             if cute.arch.lane_idx() == 0:
+                cute.arch.mbarrier_arrive(bar, arrive_count=32)  # for the warp
+
+    @cute.jit
+    def issue_box(
+        self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, d: int, page: Int32, slot: Int32,
+        box_rows: cutlass.Constexpr[int], holder: cutlass.Constexpr[int], box,
+    ):  # fmt: skip
+        """One TMA box (box rows of sX) from the page and slot that lane `holder` holds."""
+        box_page = cute.arch.shuffle_sync(page, holder)
+        box_slot = cute.arch.shuffle_sync(slot, holder)
+        g_box = cute.local_tile(tma_pool[None, None, box_page], (box_rows, d), (box_slot // box_rows, 0))
+        s_box = cute.local_tile(sX, (box_rows, d), (box, 0))
+        t_s, t_g = cpasync.tma_partition(
+            tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
+        )
+        cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar)
+
+    @cute.jit
+    def load_boxes_warps(
+        self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, num_bytes: int, d: int,
+        warp_idx: Int32, page: Int32, slot: Int32, box_rows: cutlass.Constexpr[int],
+    ):  # fmt: skip
+        """`load_boxes` with box_warps > 1: warp w issues boxes w * per_warp .. (w + 1) * per_warp - 1."""
+        per_warp = self.boxes_per_warp(box_rows)
+        lane = cute.arch.lane_idx()
+        if warp_idx == 0:
+            if lane == 0:
+                cute.arch.mbarrier_arrive_and_expect_tx(bar, num_bytes)
+        cute.arch.sync_warp()
+        if warp_idx * per_warp < self.tile_n // box_rows:
+            for j in cutlass.range_constexpr(per_warp):
+                self.issue_box(tma_atom, tma_pool, sX, bar, d, page, slot, box_rows, j, warp_idx * per_warp + j)
+        if warp_idx == 0:
+            if lane == 1:
+                cute.arch.mbarrier_arrive(bar, arrive_count=31)  # for lanes 1 .. 31
+        else:
+            if lane == 0:
                 cute.arch.mbarrier_arrive(bar, arrive_count=32)  # for the warp
 
     @cute.jit

@@ -59,36 +59,49 @@ def row_packed_tiles(batch: int, total_q: int, max_seqlen_q: int, h_q: int, h_kv
     return min(slots, tiles_max * batch) * h_kv
 
 
-# Row packing is taken at launch where it cuts the tiles to at most (1 - 1/3) of the unpacked count.
-# Measured on an H200: vLLM's mixed batch (48% fewer tiles) 3268 -> ~1700 us (session 11); the
-# 14-sequence long-tail mix of tools/bench_paged_sm90.py (78..1487 tokens, 16.5% fewer tiles) ran
-# 0.105-0.107 ms unpacked (session 11, before row packing) and 0.139-0.148 ms packed under the 1/10
-# rule block packing uses (session 12: the same d128 kernel's unpacked launches measured within
-# +-1% of the kernel before it), so a packed prefill tile costs ~1.5 unpacked ones and packing
-# pays from a third fewer tiles on. Between 1/10 and 1/3 unmeasured.
-PACK_ROWS_MIN_SAVING = (1, 3)
+# Row packing's rule, from H200 measurements (tools/bench_pack_rows.py, pack_rows forced off and on,
+# interleaved; docs/benchmarks/2026-12-04-h200-issue10-session13): a packed tile costs 2.6-2.9
+# unpacked ones over one key block (32 x 64 and 64 x 32 at 32/8 heads: 512 packed tiles 0.0358 ms,
+# 1024 / 2048 unpacked 0.0272 / 0.0497 ms) and ~1.4-1.9 over prefill rows (longtail14, 100 x 300,
+# uniform14: 17% / 17% / 7% fewer tiles, 1.28-1.59x slower packed), so fewer tiles alone do not pay;
+# what pays is K/V blocks shared by a group's rows over many keys. Pack where the packed tiles are at
+# most 3/10 of the unpacked ones (decode rows 0.25: 0.45x the time; spec-decode 16 x 4 over 2048
+# keys 0.56x; 64 x 32 0.72x), or at most 2/3 of them over at least PACK_ROWS_LONG_KEYS keys (vLLM's
+# mixed batch, 0.52 of the tiles over up to 32k keys: 0.58x). 32 x 64 (0.50, one key block) ran
+# 1.32x slower packed and no longer packs. Between one block and 2,048 keys at 0.3-0.67: unmeasured.
+PACK_ROWS_ALWAYS = (3, 10)  # packed / unpacked tiles at most this: pack
+PACK_ROWS_LONG = (2, 3)  # at most this, with max_seqlen_k >= PACK_ROWS_LONG_KEYS: pack
+PACK_ROWS_LONG_KEYS = 2048
 
 
 @functools.lru_cache(maxsize=256)
 def choose_pack_rows(
-    batch: int, total_q: int, max_seqlen_q: int, h_q: int, h_kv: int, tile_m: int = 128, lse_s_max: int = 0
+    batch: int, total_q: int, max_seqlen_q: int, h_q: int, h_kv: int, tile_m: int = 128, lse_s_max: int = 0,
+    max_seqlen_k: int | None = None,
 ) -> int:  # fmt: skip
     """1 where a launch of a class with row packing (TileConfig.pack_rows) should pack rows, else 0,
     from host integers only (no device read): GQA (H_q > H_kv), no padded LSE, g * total_q and
     g * max_seqlen_q below 2**31 (the kernel's packed rows are int32), and the row-packed tiles at
-    most (1 - 1/3) of the unpacked ones (PACK_ROWS_MIN_SAVING): decode rows, speculative-decoding rows
-    and batches where they dominate the tiles (vLLM's mixed batch: 48% fewer) pack, one tile per K/V
-    head instead of one per query head; prefill rows do not (about the same tiles, each dearer: Q
-    gathered by one warp, O stored row by row, a mask per row's token). Cached (a call's integers
-    repeat from step to step)."""
+    most 3/10 of the unpacked ones (PACK_ROWS_ALWAYS: decode and speculative-decoding rows, one tile
+    per K/V head instead of one per query head), or at most 2/3 of them where max_seqlen_k (keys,
+    the longest sequence's; None: not known) is at least PACK_ROWS_LONG_KEYS (vLLM's mixed batch:
+    48% fewer tiles, decode rows over thousands of keys). Prefill rows do not pack (about the same
+    tiles, each dearer: Q gathered by one warp, O stored row by row, a mask per row's token), nor
+    short rows over one or a few key blocks (each packed tile costs 2.6-2.9 unpacked ones there).
+    Cached (a call's integers repeat from step to step)."""
     if h_kv <= 0 or h_q <= h_kv or h_q % h_kv or lse_s_max != 0 or batch <= 0 or total_q <= 0:
         return 0
     g = h_q // h_kv
     if g * max(total_q, max_seqlen_q) >= INT32_ROWS:
         return 0
     unpacked = unsplit_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m, False)
-    keep, of = PACK_ROWS_MIN_SAVING
-    return int(row_packed_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m) * of <= unpacked * (of - keep))
+    packed = row_packed_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m)
+    num, den = PACK_ROWS_ALWAYS
+    if packed * den <= unpacked * num:
+        return 1
+    num, den = PACK_ROWS_LONG
+    long_keys = max_seqlen_k is not None and max_seqlen_k >= PACK_ROWS_LONG_KEYS
+    return int(long_keys and packed * den <= unpacked * num)
 
 
 def unsplit_tiles(
@@ -158,7 +171,7 @@ def choose_num_splits(
     (the call did not say): 1. Cached (a call's integers repeat from step to step)."""
     if max_seqlen_k is None or batch <= 0 or total_q <= 0 or max_seqlen_q <= 0 or h_kv <= 0:
         return 1
-    rows = choose_pack_rows(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m) if pack_rows else 0
+    rows = choose_pack_rows(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m, 0, max_seqlen_k) if pack_rows else 0
     tiles = unsplit_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m, pack_gqa, rows)
     key_blocks = -(-max_seqlen_k // tile_n)
     cap = min(MAX_SPLITS, max_splits_for_rows(total_q))

@@ -77,6 +77,9 @@ class TileConfig:
     # Paged classes with page_tma: a second, smaller box for page sizes that are a multiple of it but
     # not of page_tma (e.g. 64 beside 128: page 64 as two 64-key boxes per stage); 0: none.
     page_tma_small: int = 0
+    # Paged classes with page_tma: producer warps that issue a key block's boxes (1: warp 0 issues
+    # them all; 2 or 4: warp w issues its share, from page-table reads of its own lanes).
+    page_box_warps: int = 1
     # Row packing (tile_scheduler.py: FlashAttention 3's PackGQA at row granularity): where the launch
     # asks for it (run-time `pack_rows`, launch.py) a unit is one K/V head of a sequence and its
     # g = H_q / H_kv query heads' rows are packed token-major into the tile's rows (decode rows: g
@@ -111,6 +114,8 @@ class TileConfig:
                 f"TileConfig.page_tma_small: expected 0 or 16, 32 or 64 keys dividing page_tma {self.page_tma}, "
                 f"got {self.page_tma_small}"
             )
+        if self.page_box_warps not in (1, 2, 4):
+            raise ValueError(f"TileConfig.page_box_warps: expected 1, 2 or 4, got {self.page_box_warps}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
@@ -308,6 +313,15 @@ def tile_config(layout_class) -> TileConfig:
     0.984 | 0.982). Warp 0 alone with 16-key boxes (warps 1-3 exit, barriers of 32): no better; its
     32-thread gather 0.59-0.69. Taken: page_tma 128 (`_tiles`), with the fence: 0.972 | 1.004 | 0.960,
     8 x 2048 0.963 (gather 0.886 | 0.972 | 0.798 | 0.887); page 16 and 64 unchanged (0.77-0.98).
+    Session 13 (docs/benchmarks/2026-12-04-h200-issue10-session13), same method, page 16 | 64 | 128
+    on 1 x 8192, longtail14, 64 x 128 (page_tma 128 alone: 0.872 0.878 0.971 | 0.861 0.894 0.954 |
+    0.771 0.812 0.967): a second box size (page_tma_small) issued by warp 0 alone: 64-key boxes
+    0.866 0.955 0.959 | 0.861 0.936 0.945 | 0.765 0.955 0.958, 16-key 0.877 0.882 0.964 | 0.859
+    0.893 0.942 | 0.799 0.850 0.942; 16-key boxes issued by the four producer warps, two each
+    (page_box_warps 4): 0.945 0.951 0.967 | 0.883 0.928 0.942 | 0.850 0.945 0.953. So a block's
+    sixteen box instructions lost their time in one warp's serial issue, not in the TMA unit.
+    Taken: page_tma_small 16 with page_box_warps 4 (`_tiles`); four warps with 64-key boxes 0.956 |
+    0.934 | 0.962 at page 64 (no better).
     """
     cfg = _tiles(layout_class)
     two_q = dataclasses.replace(cfg, q_stages=2)
@@ -336,11 +350,23 @@ def _tiles(layout_class) -> TileConfig:
         return TileConfig(192, 128, 3, pingpong=False, overlap=True, pack_gqa=True)
     if d_qk <= 32:
         return TileConfig(128, 192, 3, pingpong=False, overlap=True)
+    # Paged classes of d64 .. d192: key blocks by TMA boxes where the page size allows (128-key boxes
+    # at multiples of 128, 16-key boxes issued by the four producer warps at the other multiples of
+    # 16), as the d128 classes. H200, session 13 (paged / ragged, page 16 | 64 | 128, 1 x 8192 and
+    # longtail14): d96 0.857 0.861 0.861 -> 0.920 0.921 0.946 and 0.844 0.866 0.867 -> 0.834 0.862
+    # 0.896; d192 0.821 0.825 0.825 -> 0.876 0.875 0.919 and 0.865 0.895 0.899 -> 0.861 0.887 0.899.
+    boxes = dict(page_tma=128, page_tma_small=16, page_box_warps=4) if layout_class.kv == "paged" else {}
+    if d_qk <= 64 and layout_class.kv == "paged" and layout_class.mask != "window":
+        # Three MMA warpgroups as the ragged class (no pack_gqa: the paged producer does not pack
+        # GQA blocks). H200, session 13, d64 paged / ragged (ragged: 192 rows), page 16 | 64 | 128:
+        # 1 x 8192 0.714 0.719 0.721 -> 0.821 0.825 0.830 (192 rows with the gather: 0.779 0.784,
+        # 128-key boxes 0.831); longtail14 0.737 0.775 0.783 -> 0.766 0.801 0.806.
+        return TileConfig(192, 128, 3, pingpong=False, overlap=True, **boxes)
     if d_qk <= 96:
         # No pack_rows: built into the d64 paged class it compiled without spills, but its unpacked
         # interior loop moved one uniform UMOV (440 instructions, the same waits; 2026-12-03), so the
         # class keeps its kernel until measured.
-        return TileConfig(128, 128, 3, pingpong=False, overlap=True)
+        return TileConfig(128, 128, 3, pingpong=False, overlap=True, **boxes)
     if d_qk <= 128:
         # q_first: measured twice (session 7), +0.3..+2.1% on every d128 row but 64 x 128 (+-0.8%);
         # paged (session 8) +1.5% with the whole-block gather. pack_rows (run-time row packing for
@@ -350,10 +376,14 @@ def _tiles(layout_class) -> TileConfig:
         # one 128-key TMA box per K / V stage, as the ragged class's; other page sizes keep the
         # gather. H200, session 12 (interleaved, paged / ragged at page 128): 1 x 8192 0.885 ->
         # 0.984, longtail14 0.973 -> 1.006, 64 x 128 0.812 -> 0.971 (16-row boxes: 0.885, 0.965, 0.871).
-        page_tma = 128 if layout_class.kv == "paged" else 0
+        # page_tma_small 16 with page_box_warps 4 (paged): the other page sizes that are a multiple of
+        # 16 take 16-key boxes, two per producer warp: page 16 0.872 -> 0.945 (1 x 8192), 0.771 ->
+        # 0.850 (64 x 128); page 64 0.878 -> 0.951 (H200, session 13; the docstring above).
+        paged = layout_class.kv == "paged"
         return TileConfig(
-            128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=_rows(layout_class), page_tma=page_tma
-        )
+            128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=_rows(layout_class),
+            page_tma=128 if paged else 0, page_tma_small=16 if paged else 0, page_box_warps=4 if paged else 1,
+        )  # fmt: skip
     if d_qk <= 192:
-        return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True)
+        return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True, **boxes)
     return TileConfig(128, 80, 2, pingpong=False, overlap=True)
