@@ -441,6 +441,8 @@ def forced_split_impls(pkg_name: str, label: str, paged_args, paged_kw) -> dict:
         rows = os.environ.get("VLLM_BENCH_PACK_ROWS")  # "0" / "1": force row packing off / on
         if rows in ("0", "1") and "pack_rows" in params:
             kw["pack_rows"] = rows == "1"
+        elif "max_seqlen_k" in params:  # the library's row-packing rule needs the keys (split_kv.choose_pack_rows)
+            kw["max_seqlen_k"] = problem.max_seqlen_k
         if "split_compiled" in params:
             kw["split_compiled"] = sibling
         if "fresh_outputs" in params:

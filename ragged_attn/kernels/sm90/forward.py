@@ -38,9 +38,10 @@ Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the pers
   mask family, LSE, KV) and its tile config (tile_config.py).
 - Paged KV (class kv="paged"): K/V come from page pools through a page table. The whole producer
   warpgroup gathers K/V rows with cp.async (paged_kv.py) into the same smem tiles, signalling
-  `PipelineCpAsync`s instead of the TMA pipelines; with TileConfig.page_tma (the d128 classes: 128)
-  a key block wholly inside len_k of a pool whose page size is a multiple of page_tma arrives by
-  TMA boxes from warp 0 instead, on the same stage barriers. Q still arrives by TMA (warp 0) and
+  `PipelineCpAsync`s instead of the TMA pipelines; with TileConfig.page_tma (the d64 .. d192
+  classes: 128, and page_tma_small 16) a key block wholly inside len_k of a pool whose page size is
+  a multiple of a box arrives by TMA boxes instead (warp 0's one 128-key box, or 16-key boxes from
+  the four producer warps, page_box_warps), on the same stage barriers. Q still arrives by TMA (warp 0) and
   the MMA warpgroups are unchanged but for a proxy fence after each K/V wait. NHD and HND pools are
   one class (strides); the page size is the pool's run-time extent.
 - Split-KV (run-time `num_splits` = S; S = 1 is the kernel without splits): each tile of the order

@@ -20,21 +20,25 @@ Facts this module relies on (FA4's PagedKVManager taught the row-gather idea):
   table is never read past the pages the sequence owns.
 - The writes are generic-proxy; the MMA warpgroups fence (`fence.proxy.async.shared::cta`) after
   each wait before WGMMA reads the tile (forward.py, `kv_wait`).
-- TMA boxes (TileConfig.page_tma = box_rows keys; the d128 classes ship 128, one box per stage):
-  where the page size is a multiple of box_rows and the pool is as wide as the class, a key block
-  wholly inside len_k arrives as tile_n / box_rows TMA boxes, each from one page (a run of
-  box_rows keys starting at a multiple of box_rows never crosses a page edge). Measured on the
-  H200 (tile_config.py, session 12): one 128-key box per stage runs at the ragged class's speed,
-  while 16-key boxes (16 TMA instructions per stage at d128) lose as much as the gather. Lane l <
-  tile_n / box_rows of producer warp 0 reads box l's page, and the warp issues the
-  boxes (the DSL's TMA copy elects one lane of those that reach it: a copy under a lane
-  predicate would issue once, not once per lane - the first build hung on exactly that). The
-  box descriptors see a pool as (page_size, d, H_kv, num_pages): the page size stays a run-time
-  extent. The
-  block crossing len_k keeps the predicated cp.async gather (a box would bring the NaN of the
-  unused slots past len_k), so both kinds of writer signal one stage barrier: its arrival count
-  stays the 128 producer threads, and a TMA block's lane 0 arrives with the expected bytes while
-  one lane of each warp arrives for the warp's other threads.
+- TMA boxes (TileConfig.page_tma = box_rows keys, 128 in the d64 .. d192 classes, one box per
+  stage; page_tma_small 16 for the other multiples of 16): where the page size is a multiple of
+  box_rows and the pool is as wide as the class, a key block wholly inside len_k arrives as tile_n /
+  box_rows TMA boxes, each from one page (a run of box_rows keys starting at a multiple of box_rows
+  never crosses a page edge). Who issues them matters (H200, sessions 12-13, tile_config.py): one
+  128-key box per stage runs at the ragged class's speed; sixteen 16-key box instructions per stage
+  (d128: two 64-column halves per box) issued by warp 0 alone lose as much as the gather (~12% on a
+  long sequence), and issued by the four producer warps, two boxes each (TileConfig.page_box_warps
+  4), 5%. The lanes that issue a box read its page first (`fetch_box_pages`, a block ahead), and
+  each issuing warp calls the TMA copy as a whole warp with warp-uniform coordinates (the DSL's TMA
+  copy elects one lane of those that reach it: a copy under a lane predicate would issue once, not
+  once per lane - the first build hung on exactly that). The box descriptors see a pool as
+  (page_size, d, H_kv, num_pages): the page size stays a run-time extent. The block crossing len_k
+  keeps the predicated cp.async gather (a box would bring the NaN of the unused slots past len_k),
+  so both kinds of writer signal one stage barrier: its arrival count stays the 128 producer
+  threads, lane 0 of warp 0 arrives with the expected bytes and one lane of each warp arrives for
+  the warp's other threads. Another warp's box may complete its bytes before warp 0's expect: the
+  barrier's tx-count goes below zero for a while (PTX allows it), and the phase cannot complete
+  before warp 0's arrival.
 """
 
 from __future__ import annotations
