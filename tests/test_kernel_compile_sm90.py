@@ -144,6 +144,12 @@ def test_paged_classes_take_whole_blocks_by_tma_boxes():
             assert cfg.tile_m == (128 if mask == "window" else 192), name
 
 
+def test_crossing_boxes_need_a_small_box():
+    with pytest.raises(ValueError, match="page_box_crossing"):
+        TileConfig(128, 128, page_tma=128, page_box_crossing=True)
+    assert TileConfig(128, 128, page_tma=128, page_tma_small=16, page_box_warps=4, page_box_crossing=True)
+
+
 @pytest.mark.parametrize("small", [8, 48, 128])
 def test_second_box_sizes_that_do_not_divide_the_first_are_refused(small):
     """TileConfig.page_tma_small: 16, 32 or 64 keys dividing page_tma, only beside it."""
@@ -180,13 +186,17 @@ def test_register_split_fits_what_the_launch_allocates(dims, kv, page_tma):
     assert k.mma_regs % 8 == 0 and k.producer_regs % 8 == 0 and k.mma_regs <= 240
 
 
-@pytest.mark.parametrize("box", [16, 64, (128, 64)])
+@pytest.mark.parametrize("box", [16, 64, (128, 64), "crossing"])
 def test_paged_class_with_page_boxes_compiles_without_spills(box, capfd):
     """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather; a pair: page_tma and
-    page_tma_small): the producer warpgroup's 56 registers hold the box coordinates without spilling."""
+    page_tma_small; "crossing": the class's boxes with page_box_crossing, the crossing block's whole
+    runs by boxes too): the producer warpgroup's 56 registers hold the box coordinates without spilling."""
     lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
-    big, small = box if isinstance(box, tuple) else (box, 0)
-    config = dataclasses.replace(tile_config(lc), page_tma=big, page_tma_small=small)
+    if box == "crossing":
+        config = dataclasses.replace(tile_config(lc), page_box_crossing=True)
+    else:
+        big, small = box if isinstance(box, tuple) else (box, 0)
+        config = dataclasses.replace(tile_config(lc), page_tma=big, page_tma_small=small)
     compile_forward(lc, extra_options="remarks{ptx}", config=config)
     out, err = capfd.readouterr()
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)

@@ -215,6 +215,7 @@ class RaggedForwardSm90(MmaMainloops):
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
         self.page_tma_small = config.page_tma_small if paged else 0  # the second box, for the other page sizes
         self.page_box_warps = config.page_box_warps  # producer warps issuing a block's boxes
+        self.page_box_crossing = config.page_box_crossing and paged  # the crossing block's whole runs by boxes too
         self.paged_consumer_fence = config.paged_consumer_fence  # mainloop.kv_wait: fence cp.async-written stages
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
@@ -1368,7 +1369,17 @@ class RaggedForwardSm90(MmaMainloops):
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
             block = (loads, kv, box_ok, head_kv, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items)
-            if const_expr(self.page_tma_small):
+            if const_expr(self.page_box_crossing):
+                kind = self.box_block(box_ok, n_block, seqlen.len_k)
+                if kind == 1:
+                    self.load_paged_block(block, 1)
+                elif kind == 2:
+                    self.load_paged_block(block, 2)
+                elif kind == 3:
+                    self.load_paged_block(block, 3)
+                else:
+                    self.load_paged_block(block, 0)
+            elif const_expr(self.page_tma_small):
                 kind = self.box_block(box_ok, n_block, seqlen.len_k)
                 if kind == 1:
                     self.load_paged_block(block, 1)
@@ -1398,12 +1409,12 @@ class RaggedForwardSm90(MmaMainloops):
         page, slot = None, None
         if const_expr(by_box):
             page, slot = kv.box_pages[0], kv.box_slots[0]  # read before the next block's fetch replaces them
-        else:
+        if const_expr(by_box == 0 or by_box == 3):
             kv.resolve_rows(n_block)
         if i + 1 < n_blocks:
             self.fetch_block_pages(kv, box_ok, n_block - 1, seqlen.len_k)  # in flight during the waits
         stage = (kv, kv_state, n_block, head_kv, warp_idx, page, slot)
-        box = boxes[4:] if const_expr(by_box == 2) else boxes[:4]
+        box = boxes[4:] if const_expr(by_box >= 2) else boxes[:4]
         self.load_paged_stage(stage, pipe_k, sK, box[0], box[1], self.bytes_k, self.d_qk, True, by_box)
         if const_expr(not self.q_first):
             if i == 0:
@@ -1421,7 +1432,17 @@ class RaggedForwardSm90(MmaMainloops):
         threads' cp.async gather, committed."""
         kv, kv_state, n_block, head_kv, warp_idx, page, slot = stage
         pipe.producer_acquire(kv_state)
-        if const_expr(by_box):
+        if const_expr(by_box == 3):
+            # The crossing block (page_box_crossing): its whole runs by boxes, the rest gathered.
+            chunks = (kv.len_k - n_block * self.tile_n) // self.page_tma_small
+            kv.load_boxes_covered(
+                box_atom, box_coords[None, None, head_kv, None], sX[None, None, kv_state.index],
+                pipe.producer_get_barrier(kv_state), d, warp_idx, page, slot, self.page_tma_small, chunks,
+            )  # fmt: skip
+            kv.load(n_block, sX[None, None, kv_state.index], is_k, chunks * self.page_tma_small)
+            cute.arch.cp_async_commit_group()
+            pipe.producer_commit(kv_state)
+        elif const_expr(by_box):
             kv.load_boxes(
                 box_atom, box_coords[None, None, head_kv, None], sX[None, None, kv_state.index],
                 pipe.producer_get_barrier(kv_state), nbytes, d, warp_idx, page, slot,
@@ -1439,13 +1460,29 @@ class RaggedForwardSm90(MmaMainloops):
         by_box = Int32(0)
         if const_expr(self.page_tma):
             by_box = box_ok * Int32((n_block + 1) * self.tile_n <= len_k)
+        if const_expr(self.page_box_crossing):
+            # 3: the block crossing len_k with at least one whole small run inside it
+            rows = len_k - n_block * self.tile_n
+            crossing = Int32((rows < self.tile_n) & (rows >= self.page_tma_small) & (box_ok != 0))
+            by_box = by_box + crossing * 3
         return by_box
 
     @cute.jit
     def fetch_block_pages(self, kv: PagedKV, box_ok: Int32, n_block: Int32, len_k: Int32):
         """Start the page-table reads of key block n_block: its boxes' pages (`box_block`) or this
         thread's gather rows'."""
-        if const_expr(self.page_tma_small):
+        if const_expr(self.page_box_crossing):
+            kind = self.box_block(box_ok, n_block, len_k)
+            if kind == 1:
+                kv.fetch_box_pages(n_block)
+            elif kind == 2:
+                kv.fetch_box_pages(n_block, self.page_tma_small)
+            elif kind == 3:
+                kv.fetch_box_pages(n_block, self.page_tma_small)
+                kv.fetch_pages(n_block)
+            else:
+                kv.fetch_pages(n_block)
+        elif const_expr(self.page_tma_small):
             kind = self.box_block(box_ok, n_block, len_k)
             if kind == 1:
                 kv.fetch_box_pages(n_block)

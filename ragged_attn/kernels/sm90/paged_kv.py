@@ -303,6 +303,35 @@ class PagedKV:
                 cute.arch.mbarrier_arrive(bar, arrive_count=32)  # for the warp
 
     @cute.jit
+    def load_boxes_covered(
+        self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, d: int, warp_idx: Int32,
+        page: Int32, slot: Int32, box_rows: cutlass.Constexpr[int], chunks: Int32,
+    ):  # fmt: skip
+        """The block crossing len_k (TileConfig.page_box_crossing): its first `chunks` whole
+        box_rows-key runs inside len_k by TMA boxes (issued as `load_boxes_warps` does, boxes >=
+        chunks skipped warp-uniformly), the rest by the caller's gather (`load` with covered =
+        chunks * box_rows). Lane 0 of warp 0 adds the boxes' bytes to the stage barrier's tx-count
+        without arriving: every producer thread arrives through the gather's cp.async arrive, after
+        this in program order, so the phase cannot complete before the expect."""
+        per_warp = self.boxes_per_warp(box_rows)
+        if warp_idx == 0:
+            if cute.arch.lane_idx() == 0:
+                cute.arch.mbarrier_expect_tx(bar, chunks * (box_rows * d * (self.dtype.width // 8)))
+        cute.arch.sync_warp()
+        for j in cutlass.range_constexpr(per_warp):
+            box = warp_idx * per_warp + j
+            # every lane takes the shuffles; the copy only where the box is one of the chunks
+            box_page = cute.arch.shuffle_sync(page, j)
+            box_slot = cute.arch.shuffle_sync(slot, j)
+            if box < chunks:
+                g_box = cute.local_tile(tma_pool[None, None, box_page], (box_rows, d), (box_slot // box_rows, 0))
+                s_box = cute.local_tile(sX, (box_rows, d), (box, 0))
+                t_s, t_g = cpasync.tma_partition(
+                    tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
+                )
+                cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar)
+
+    @cute.jit
     def resolve_rows(self, n_block: Int32):
         """Addresses of this thread's rows of key block n_block, from the page indices that
         `fetch_pages(n_block)` read."""
@@ -313,9 +342,11 @@ class PagedKV:
             self.addr_v[e] = (self.mV.iterator + cute.crd2idx((page, slot, 0), self.mV.layout)).toint()
 
     @cute.jit
-    def load(self, n_block: Int32, sX: cute.Tensor, is_k: cutlass.Constexpr[bool]):
+    def load(self, n_block: Int32, sX: cute.Tensor, is_k: cutlass.Constexpr[bool], covered=None):
         """cp.async the rows of key block n_block into the smem tile sX (tile_n, d); zero-fill rows
-        past len_k and columns past the real head dim. The caller commits and signals."""
+        past len_k and columns past the real head dim. The caller commits and signals. covered
+        (Int32, the block crossing len_k only): rows below it are left alone (TMA boxes write them,
+        `load_boxes_covered`); a predicated-off cp.async would write zeros over them."""
         d = self.d_qk if const_expr(is_k) else self.d_v
         mX = self.mK if const_expr(is_k) else self.mV
         addr = self.addr_k if const_expr(is_k) else self.addr_v
@@ -331,37 +362,54 @@ class PagedKV:
         # A block wholly inside len_k of a pool as wide as the class copies without predicates
         # (the block crossing len_k and padded head dims keep them): the predicated form costs
         # an ISETP and three SELs per 16-byte copy (SASS, tools/sass_static.py).
-        whole = (n_block + 1) * self.tile_n <= self.len_k and d_real == d
-        if whole:
-            self.copy_rows(addr, tXsX, tXcX, tXc0X, row_limit, d_real, False)
+        if const_expr(covered is not None):
+            self.copy_rows(addr, tXsX, tXcX, tXc0X, row_limit, d_real, True, covered - tXcX[0][0])
         else:
-            self.copy_rows(addr, tXsX, tXcX, tXc0X, row_limit, d_real, True)
+            whole = (n_block + 1) * self.tile_n <= self.len_k and d_real == d
+            if whole:
+                self.copy_rows(addr, tXsX, tXcX, tXc0X, row_limit, d_real, False)
+            else:
+                self.copy_rows(addr, tXsX, tXcX, tXc0X, row_limit, d_real, True)
         assert elems * self.tpr * cute.size(tXsX, mode=[2]) == d
 
 
     @cute.jit
     def copy_rows(
         self, addr, tXsX: cute.Tensor, tXcX: cute.Tensor, tXc0X: cute.Tensor, row_limit: Int32, d_real: Int32,
-        predicated: cutlass.Constexpr[bool],
+        predicated: cutlass.Constexpr[bool], row_from=None,
     ):  # fmt: skip
         """`load`'s copies: each pass's row address from its owner lane, then one cp.async per
-        16-byte chunk; `predicated`: rows at or past row_limit and columns past d_real zero-filled."""
-        elem_bytes = self.dtype.width // 8
+        16-byte chunk; `predicated`: rows at or past row_limit and columns past d_real zero-filled;
+        row_from (like row_limit, relative to this thread's first row): rows below it not copied."""
         mask_and_clamp = ((cute.arch.WARP_SIZE - self.tpr) << 8) | (cute.arch.WARP_SIZE - 1)
         for m in cutlass.range_constexpr(cute.size(tXsX, mode=[1])):
+            # (the shuffle before any branch: every lane of the group takes part)
             row_addr = cute.arch.shuffle_sync(addr[m // self.tpr], m % self.tpr, mask_and_clamp=mask_and_clamp)
-            for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
-                col = tXcX[0, m, k][1]
-                src_ptr = cute.make_ptr(
-                    self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
-                )
-                src = cute.make_tensor(src_ptr, tXsX[None, m, k].layout)
-                if const_expr(predicated):
-                    pred = cute.make_fragment_like(tXsX[(0, None), m, k], cutlass.Boolean)
-                    pred.fill((tXc0X[0, m, 0][0] < row_limit) & (col < d_real))
-                    cute.copy(self.tiled_copy, src, tXsX[None, m, k], pred=pred)
-                else:
-                    cute.copy(self.tiled_copy, src, tXsX[None, m, k])
+            if const_expr(row_from is not None):
+                if tXc0X[0, m, 0][0] >= row_from:
+                    self.copy_pass(row_addr, tXsX, tXcX, tXc0X, row_limit, d_real, predicated, m)
+            else:
+                self.copy_pass(row_addr, tXsX, tXcX, tXc0X, row_limit, d_real, predicated, m)
+
+    @cute.jit
+    def copy_pass(
+        self, row_addr, tXsX: cute.Tensor, tXcX: cute.Tensor, tXc0X: cute.Tensor, row_limit: Int32, d_real: Int32,
+        predicated: cutlass.Constexpr[bool], m: cutlass.Constexpr[int],
+    ):  # fmt: skip
+        """`copy_rows`' pass m: one cp.async per 16-byte chunk of this thread's row at row_addr."""
+        elem_bytes = self.dtype.width // 8
+        for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
+            col = tXcX[0, m, k][1]
+            src_ptr = cute.make_ptr(
+                self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
+            )
+            src = cute.make_tensor(src_ptr, tXsX[None, m, k].layout)
+            if const_expr(predicated):
+                pred = cute.make_fragment_like(tXsX[(0, None), m, k], cutlass.Boolean)
+                pred.fill((tXc0X[0, m, 0][0] < row_limit) & (col < d_real))
+                cute.copy(self.tiled_copy, src, tXsX[None, m, k], pred=pred)
+            else:
+                cute.copy(self.tiled_copy, src, tXsX[None, m, k])
 
 
 def gather_ref(pool, page_table_row, len_k: int, kv_layout: str):

@@ -80,6 +80,10 @@ class TileConfig:
     # Paged classes with page_tma: producer warps that issue a key block's boxes (1: warp 0 issues
     # them all; 2 or 4: warp w issues its share, from page-table reads of its own lanes).
     page_box_warps: int = 1
+    # Paged classes with page_tma_small: the key block crossing len_k takes its whole page_tma_small-key
+    # runs inside len_k by TMA boxes too, and gathers only the rest (its last partial run); off: the
+    # whole crossing block is gathered. A measurement variant (unmeasured).
+    page_box_crossing: bool = False
     # Row packing (tile_scheduler.py: FlashAttention 3's PackGQA at row granularity): where the launch
     # asks for it (run-time `pack_rows`, launch.py) a unit is one K/V head of a sequence and its
     # g = H_q / H_kv query heads' rows are packed token-major into the tile's rows (decode rows: g
@@ -116,6 +120,8 @@ class TileConfig:
             )
         if self.page_box_warps not in (1, 2, 4):
             raise ValueError(f"TileConfig.page_box_warps: expected 1, 2 or 4, got {self.page_box_warps}")
+        if self.page_box_crossing and not self.page_tma_small:
+            raise ValueError("TileConfig.page_box_crossing: needs page_tma_small (the crossing block's boxes)")
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
