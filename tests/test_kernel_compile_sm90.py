@@ -144,10 +144,21 @@ def test_paged_classes_take_whole_blocks_by_tma_boxes():
             assert cfg.tile_m == (128 if mask == "window" else 192), name
 
 
-def test_crossing_boxes_need_a_small_box():
+def test_crossing_boxes_need_a_small_box_and_rows_view_boxes_need_boxes():
     with pytest.raises(ValueError, match="page_box_crossing"):
         TileConfig(128, 128, page_tma=128, page_box_crossing=True)
     assert TileConfig(128, 128, page_tma=128, page_tma_small=16, page_box_warps=4, page_box_crossing=True)
+    with pytest.raises(ValueError, match="page_tma_rows"):
+        TileConfig(128, 128, page_tma_rows=True)
+
+
+def test_rows_view_boxes_need_head_dims_of_whole_bands():
+    """page_tma_rows splits a row into 64-column bands: d96 classes are refused before tracing."""
+    from ragged_attn.kernels.sm90.launch import kernel_for
+
+    lc = LayoutClass("sm_90a", 96, 96, "bf16", "bf16", "causal", True, "paged")
+    with pytest.raises(ValueError, match="multiples of 64"):
+        kernel_for(lc, dataclasses.replace(tile_config(lc), page_tma_rows=True))
 
 
 @pytest.mark.parametrize("small", [8, 48, 128])
@@ -186,14 +197,15 @@ def test_register_split_fits_what_the_launch_allocates(dims, kv, page_tma):
     assert k.mma_regs % 8 == 0 and k.producer_regs % 8 == 0 and k.mma_regs <= 240
 
 
-@pytest.mark.parametrize("box", [16, 64, (128, 64), "crossing"])
+@pytest.mark.parametrize("box", [16, 64, (128, 64), "crossing", "rows"])
 def test_paged_class_with_page_boxes_compiles_without_spills(box, capfd):
     """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather; a pair: page_tma and
     page_tma_small; "crossing": the class's boxes with page_box_crossing, the crossing block's whole
-    runs by boxes too): the producer warpgroup's 56 registers hold the box coordinates without spilling."""
+    runs by boxes too; "rows": with page_tma_rows, one instruction per box): the producer warpgroup's 56 registers hold the box coordinates without spilling."""
     lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
-    if box == "crossing":
-        config = dataclasses.replace(tile_config(lc), page_box_crossing=True)
+    variants = {"crossing": dict(page_box_crossing=True), "rows": dict(page_tma_rows=True)}
+    if box in variants:  # the class's own boxes with a measurement variant on
+        config = dataclasses.replace(tile_config(lc), **variants[box])
     else:
         big, small = box if isinstance(box, tuple) else (box, 0)
         config = dataclasses.replace(tile_config(lc), page_tma=big, page_tma_small=small)

@@ -82,7 +82,7 @@ from cutlass.tensor_utils import LayoutEnum
 from .block_info import UNBOUNDED, BlockInfo
 from .epilogue import lse_index, store_tile
 from .mainloop import SCHED_BARRIER_BASE, MmaMainloops
-from .paged_kv import BOX_ROWS, PRODUCER_THREADS, PagedKV, make_gather_copy, make_page_box_tma
+from .paged_kv import BOX_ROWS, PRODUCER_THREADS, PagedKV, make_gather_copy, make_page_box_tma, make_page_rows_tma
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes, tile_words
@@ -114,13 +114,16 @@ TILE_STAGES = 2  # decoded tiles the producer warp may hand the MMA warpgroups a
 TILE_WORDS = 8
 
 
-def make_smem_layout(dtype, rows: int, cols: int, stages: Optional[int] = None):
-    """K-major swizzled smem layout for a (rows, cols[, stages]) WGMMA operand tile."""
+def make_smem_layout(dtype, rows: int, cols: int, stages: Optional[int] = None, col_first: bool = False):
+    """K-major swizzled smem layout for a (rows, cols[, stages]) WGMMA operand tile; col_first
+    (TileConfig.page_tma_rows): the swizzle atoms tile columns first, so each 8-row group's bands
+    sit side by side (WGMMA's stride between 8-row groups grows to cols / 64 KiB)."""
     kind = sm90_helpers.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, dtype, cols)
     atom = warpgroup.make_smem_layout_atom(kind, dtype)
+    order = (1, 0, 2) if col_first else (0, 1, 2)
     if stages is None:
-        return cute.tile_to_shape(atom, (rows, cols), (0, 1))
-    return cute.tile_to_shape(atom, (rows, cols, stages), (0, 1, 2))
+        return cute.tile_to_shape(atom, (rows, cols), order[:2])
+    return cute.tile_to_shape(atom, (rows, cols, stages), order)
 
 
 class RaggedForwardSm90(MmaMainloops):
@@ -216,6 +219,9 @@ class RaggedForwardSm90(MmaMainloops):
         self.page_tma_small = config.page_tma_small if paged else 0  # the second box, for the other page sizes
         self.page_box_warps = config.page_box_warps  # producer warps issuing a block's boxes
         self.page_box_crossing = config.page_box_crossing and paged  # the crossing block's whole runs by boxes too
+        self.page_tma_rows = config.page_tma_rows and paged  # one instruction per box over the rows view
+        if self.page_tma_rows and (d_qk % 64 or d_v % 64):
+            raise ValueError(f"TileConfig.page_tma_rows: needs head dims that are multiples of 64, got {d_qk} / {d_v}")
         self.paged_consumer_fence = config.paged_consumer_fence  # mainloop.kv_wait: fence cp.async-written stages
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
@@ -333,8 +339,8 @@ class RaggedForwardSm90(MmaMainloops):
         mQt = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[0, 2, 1]))
 
         sQ_layout = make_smem_layout(self.dtype, self.tile_m, self.d_qk, self.q_stages)
-        sK_layout = make_smem_layout(self.dtype, self.tile_n, self.d_qk, self.num_stages)
-        sV_layout = make_smem_layout(self.dtype, self.tile_n, self.d_v, self.num_stages)
+        sK_layout = make_smem_layout(self.dtype, self.tile_n, self.d_qk, self.num_stages, self.page_tma_rows)
+        sV_layout = make_smem_layout(self.dtype, self.tile_n, self.d_v, self.num_stages, self.page_tma_rows)
         sO_layout = make_smem_layout(self.out_dtype, self.o_rows, self.d_v)
 
         tiled_mma_qk = sm90_helpers.make_trivial_tiled_mma(
@@ -376,12 +382,13 @@ class RaggedForwardSm90(MmaMainloops):
             tma_K, tma_V = mK, mV
             tma_atom_K = make_gather_copy(self.dtype, self.d_qk, self.d_v, self.tile_n)
             tma_atom_V = tma_atom_K
+            box_tma = make_page_rows_tma if const_expr(self.page_tma_rows) else make_page_box_tma
             if const_expr(self.page_tma):
-                tma_atom_Kb, tma_Kb = make_page_box_tma(mK, sK_layout, self.tile_n, self.d_qk, self.page_tma)
-                tma_atom_Vb, tma_Vb = make_page_box_tma(mV, sV_layout, self.tile_n, self.d_v, self.page_tma)
+                tma_atom_Kb, tma_Kb = box_tma(mK, sK_layout, self.tile_n, self.d_qk, self.page_tma)
+                tma_atom_Vb, tma_Vb = box_tma(mV, sV_layout, self.tile_n, self.d_v, self.page_tma)
             if const_expr(self.page_tma_small):
-                tma_atom_Kb2, tma_Kb2 = make_page_box_tma(mK, sK_layout, self.tile_n, self.d_qk, self.page_tma_small)
-                tma_atom_Vb2, tma_Vb2 = make_page_box_tma(mV, sV_layout, self.tile_n, self.d_v, self.page_tma_small)
+                tma_atom_Kb2, tma_Kb2 = box_tma(mK, sK_layout, self.tile_n, self.d_qk, self.page_tma_small)
+                tma_atom_Vb2, tma_Vb2 = box_tma(mV, sV_layout, self.tile_n, self.d_v, self.page_tma_small)
         else:
             mKt = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[0, 2, 1]))
             mVt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[0, 2, 1]))
@@ -1338,7 +1345,7 @@ class RaggedForwardSm90(MmaMainloops):
         kv = PagedKV.create(
             mK, mV, mPageTable, batch_idx, head_kv, seqlen.len_k, tidx, gather_copy,
             self.dtype, self.tile_n, self.d_qk, self.d_v, self.page_tma if self.page_tma else BOX_ROWS,
-            self.page_box_warps,
+            self.page_box_warps, self.page_tma_rows,
         )  # fmt: skip
         # Box loads need a page size that is a multiple of a box and pools as wide as the class.
         box_ok = Int32(0)
@@ -1348,6 +1355,14 @@ class RaggedForwardSm90(MmaMainloops):
                 & (cute.size(mK.shape[3]) == self.d_qk)
                 & (cute.size(mV.shape[3]) == self.d_v)
             )
+        rows_ok = Int32(1)
+        if const_expr(self.page_tma_rows):
+            # The rows view needs pages that are contiguous runs of rows (K and V).
+            ps = cute.size(mK.shape[1])
+            rows_ok = Int32(
+                (mK.layout.stride[0] == ps * mK.layout.stride[1]) & (mV.layout.stride[0] == ps * mV.layout.stride[1])
+            )
+            box_ok = box_ok * rows_ok
         if const_expr(self.page_tma_small):
             # 1: page_tma's boxes; 2: page_tma_small's (page sizes a multiple of it only); 0: gather.
             small_ok = Int32(
@@ -1355,7 +1370,7 @@ class RaggedForwardSm90(MmaMainloops):
                 & (cute.size(mK.shape[3]) == self.d_qk)
                 & (cute.size(mV.shape[3]) == self.d_v)
             )
-            box_ok = box_ok + (1 - box_ok) * small_ok * 2
+            box_ok = box_ok + (1 - box_ok) * small_ok * rows_ok * 2
         n_block_min, n_block_max = block_info.n_block_range()
         n_blocks = n_block_max - n_block_min
         if n_blocks > 0:
@@ -1436,7 +1451,7 @@ class RaggedForwardSm90(MmaMainloops):
             # The crossing block (page_box_crossing): its whole runs by boxes, the rest gathered.
             chunks = (kv.len_k - n_block * self.tile_n) // self.page_tma_small
             kv.load_boxes_covered(
-                box_atom, box_coords[None, None, head_kv, None], sX[None, None, kv_state.index],
+                box_atom, self.box_head(box_coords, head_kv), sX[None, None, kv_state.index],
                 pipe.producer_get_barrier(kv_state), d, warp_idx, page, slot, self.page_tma_small, chunks,
             )  # fmt: skip
             kv.load(n_block, sX[None, None, kv_state.index], is_k, chunks * self.page_tma_small)
@@ -1444,7 +1459,7 @@ class RaggedForwardSm90(MmaMainloops):
             pipe.producer_commit(kv_state)
         elif const_expr(by_box):
             kv.load_boxes(
-                box_atom, box_coords[None, None, head_kv, None], sX[None, None, kv_state.index],
+                box_atom, self.box_head(box_coords, head_kv), sX[None, None, kv_state.index],
                 pipe.producer_get_barrier(kv_state), nbytes, d, warp_idx, page, slot,
                 self.page_tma_small if const_expr(by_box == 2) else 0,
             )  # fmt: skip
@@ -1452,6 +1467,13 @@ class RaggedForwardSm90(MmaMainloops):
             kv.load(n_block, sX[None, None, kv_state.index], is_k)
             cute.arch.cp_async_commit_group()
             pipe.producer_commit(kv_state)
+
+    def box_head(self, box_coords: cute.Tensor, head_kv: Int32) -> cute.Tensor:
+        """One K/V head's box coordinates: (page_size, d, num_pages), or the rows view's (64, 8,
+        d / 64, row groups) (page_tma_rows)."""
+        if const_expr(self.page_tma_rows):
+            return box_coords[None, None, None, None, head_kv]
+        return box_coords[None, None, head_kv, None]
 
     @cute.jit
     def box_block(self, box_ok: Int32, n_block: Int32, len_k: Int32) -> Int32:

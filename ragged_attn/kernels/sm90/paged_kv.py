@@ -74,6 +74,34 @@ def make_gather_copy(dtype, d_qk: int, d_v: int, tile_n: int) -> cute.TiledCopy:
     return cute.make_tiled_copy_tv(atom, thr_layout, cute.make_layout((1, COPY_BITS // dtype.width)))
 
 
+ROW_GROUP = 8  # rows of one swizzle atom: the rows view's second mode
+
+
+def rows_box_map(tile_n: int, d: int, rows: int):
+    """(64, 8, d / 64, rows / 8) -> a (tile_n, d) stage's (row, column) index (column-major, the
+    stage layout's domain): column c of 64-column band h of row 8 g + r."""
+    return cute.make_layout((64, ROW_GROUP, d // 64, rows // ROW_GROUP), stride=(tile_n, 1, 64 * tile_n, ROW_GROUP))
+
+
+def make_page_rows_tma(pool: cute.Tensor, s_layout, tile_n: int, d: int, box_rows: int):
+    """TileConfig.page_tma_rows (a measurement variant): (atom, coordinate tensor) of one TMA
+    instruction per box of box_rows keys over a (num_pages, page_size, H_kv, d) pool whose pages are
+    contiguous runs of rows (page stride = page_size x row stride: NHD pools as vLLM allocates them;
+    the kernel checks it at run time), into a stage whose 64-column bands of each 8-row group sit
+    side by side (forward.make_smem_layout col_first). The pool is seen as (64 columns, 8 rows, d /
+    64 bands, row groups of the whole pool, H_kv): five dimensions, TMA's most; box b of a block at
+    pool row p x page_size + slot is row group (p x page_size + slot) / 8 onwards."""
+    ps, pages = cute.size(pool.shape[1]), cute.size(pool.shape[0])
+    rs, hs = pool.layout.stride[1], pool.layout.stride[2]
+    groups = cutlass.max(pages * ps // ROW_GROUP, 1)
+    view = cute.make_layout((64, ROW_GROUP, d // 64, groups, pool.shape[2]), stride=(1, rs, 64, ROW_GROUP * rs, hs))
+    pool_t = cute.make_tensor(pool.iterator, view)
+    box = cute.composition(cute.select(s_layout, mode=[0, 1]), rows_box_map(tile_n, d, box_rows))
+    return cpasync.make_tiled_tma_atom(
+        cpasync.CopyBulkTensorTileG2SOp(), pool_t, box, (64, ROW_GROUP, d // 64, box_rows // ROW_GROUP)
+    )
+
+
 def make_page_box_tma(pool: cute.Tensor, s_layout, tile_n: int, d: int, box_rows: int = BOX_ROWS):
     """(atom, coordinate tensor) of the TMA box copy of box_rows keys from a (num_pages, page_size,
     H_kv, d) pool into a box_rows-row slice of a (tile_n, d) swizzled stage (s_layout: the stage's
@@ -102,6 +130,7 @@ class PagedKV:
         page_div=None,  # cute.FastDivmodDivisorV2 of the page size (made here when None)
         box_rows: int = BOX_ROWS,  # keys per TMA box (TileConfig.page_tma)
         box_warps: int = 1,  # producer warps that issue a block's boxes (TileConfig.page_box_warps)
+        rows_view: bool = False,  # boxes over the pool's rows view (TileConfig.page_tma_rows)
     ):
         self.mK = mK
         self.mV = mV
@@ -115,6 +144,7 @@ class PagedKV:
         self.d_v = d_v
         self.box_rows = box_rows
         self.box_warps = box_warps
+        self.rows_view = rows_view
         self.tpr = threads_per_row(dtype, d_qk, d_v)
         self.rows_per_pass = PRODUCER_THREADS // self.tpr
         self.entries = (tile_n + PRODUCER_THREADS - 1) // PRODUCER_THREADS
@@ -164,6 +194,7 @@ class PagedKV:
         d_v: int,
         box_rows: int = BOX_ROWS,
         box_warps: int = 1,
+        rows_view: bool = False,
     ) -> "PagedKV":
         return PagedKV(
             mK[None, None, head_kv, None],
@@ -178,6 +209,7 @@ class PagedKV:
             d_v,
             box_rows=box_rows,
             box_warps=box_warps,
+            rows_view=rows_view,
         )
 
     @cute.jit
@@ -273,11 +305,30 @@ class PagedKV:
         """One TMA box (box rows of sX) from the page and slot that lane `holder` holds."""
         box_page = cute.arch.shuffle_sync(page, holder)
         box_slot = cute.arch.shuffle_sync(slot, holder)
-        g_box = cute.local_tile(tma_pool[None, None, box_page], (box_rows, d), (box_slot // box_rows, 0))
-        s_box = cute.local_tile(sX, (box_rows, d), (box, 0))
-        t_s, t_g = cpasync.tma_partition(
-            tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
-        )
+        self.copy_box(tma_atom, tma_pool, sX, bar, d, box_page, box_slot, box_rows, box)
+
+    @cute.jit
+    def copy_box(
+        self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, d: int, box_page: Int32,
+        box_slot: Int32, box_rows: cutlass.Constexpr[int], box,
+    ):  # fmt: skip
+        """The TMA copy of box `box` of sX from page box_page, slot box_slot (warp-uniform): a
+        (box_rows, d) tile of the page, or with rows_view one box of the pool's rows view
+        (`make_page_rows_tma`; tma_pool then (64, 8, d / 64, row groups))."""
+        if const_expr(self.rows_view):
+            tile = (64, ROW_GROUP, d // 64, box_rows // ROW_GROUP)
+            row = box_page * cute.size(self.mK.shape[1]) + box_slot
+            g_box = cute.local_tile(tma_pool, tile, (0, 0, 0, row // box_rows))
+            s_box = cute.local_tile(cute.composition(sX, rows_box_map(self.tile_n, d, self.tile_n)), tile, (0, 0, 0, box))
+            t_s, t_g = cpasync.tma_partition(
+                tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 4), cute.group_modes(g_box, 0, 4)
+            )
+        else:
+            g_box = cute.local_tile(tma_pool[None, None, box_page], (box_rows, d), (box_slot // box_rows, 0))
+            s_box = cute.local_tile(sX, (box_rows, d), (box, 0))
+            t_s, t_g = cpasync.tma_partition(
+                tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
+            )
         cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar)
 
     @cute.jit
@@ -324,12 +375,7 @@ class PagedKV:
             box_page = cute.arch.shuffle_sync(page, j)
             box_slot = cute.arch.shuffle_sync(slot, j)
             if box < chunks:
-                g_box = cute.local_tile(tma_pool[None, None, box_page], (box_rows, d), (box_slot // box_rows, 0))
-                s_box = cute.local_tile(sX, (box_rows, d), (box, 0))
-                t_s, t_g = cpasync.tma_partition(
-                    tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
-                )
-                cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar)
+                self.copy_box(tma_atom, tma_pool, sX, bar, d, box_page, box_slot, box_rows, box)
 
     @cute.jit
     def resolve_rows(self, n_block: Int32):

@@ -84,6 +84,12 @@ class TileConfig:
     # runs inside len_k by TMA boxes too, and gathers only the rest (its last partial run); off: the
     # whole crossing block is gathered. A measurement variant (unmeasured).
     page_box_crossing: bool = False
+    # Paged classes with page_tma, d a multiple of 64: K / V stages column-first (each 8-row group's
+    # 64-column bands side by side) and one TMA instruction per box over the pool's rows view (64
+    # columns, 8 rows, d / 64 bands, row groups, H_kv), for pools whose pages are contiguous runs of
+    # rows (NHD as vLLM allocates them; others gather); off: a box is d / 64 instructions (one per
+    # band). A measurement variant (unmeasured).
+    page_tma_rows: bool = False
     # Row packing (tile_scheduler.py: FlashAttention 3's PackGQA at row granularity): where the launch
     # asks for it (run-time `pack_rows`, launch.py) a unit is one K/V head of a sequence and its
     # g = H_q / H_kv query heads' rows are packed token-major into the tile's rows (decode rows: g
@@ -122,6 +128,8 @@ class TileConfig:
             raise ValueError(f"TileConfig.page_box_warps: expected 1, 2 or 4, got {self.page_box_warps}")
         if self.page_box_crossing and not self.page_tma_small:
             raise ValueError("TileConfig.page_box_crossing: needs page_tma_small (the crossing block's boxes)")
+        if self.page_tma_rows and not self.page_tma:
+            raise ValueError("TileConfig.page_tma_rows: needs page_tma (the boxes it issues)")
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
