@@ -32,10 +32,12 @@ def test_default_lengths_follow_the_issue():
             assert lq == 1 and 2048 <= lk <= 32768
         else:
             assert 512 <= lq <= 2048 and 0 <= lk - lq <= 8192
-    for order in ("prefill_first", "shuffled"):
+    for order in ("prefill_first", "shuffled", "longest_first"):
         other = bench.vllm_mixed_lengths(order=order)
         assert sorted(zip(*other, strict=True)) == sorted(zip(lens_q, lens_k, kinds, strict=True))
     assert bench.vllm_mixed_lengths(order="prefill_first")[2][:4] == ["prefill"] * 4
+    longest = bench.vllm_mixed_lengths(order="longest_first")[1]
+    assert longest == sorted(lens_k, reverse=True)  # FA3's batch-level LPT order, by key length
     with pytest.raises(ValueError, match="order"):
         bench.vllm_mixed_lengths(order="sorted")
 

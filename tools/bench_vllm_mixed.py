@@ -4,7 +4,8 @@ The batch (`vllm_mixed_lengths`, seed SEED = 14004, Python's random.Random): 4 p
 512..2048 queries each (uniform), each after a prior context of 0..8192 keys (chunked prefill: keys
 = context + chunk), and 64 decode rows (1 query each) over 2048..32768 keys (uniform; bounds
 inclusive); decode rows first, then the chunks (VLLM_BENCH_ORDER=decode_first | prefill_first |
-shuffled). H_q 32, H_kv 8, d 128, bf16, causal bottom-right aligned (FlashAttention's and vLLM's
+shuffled | longest_first: sequences by key length, longest first, the batch-level LPT order that
+FA3's prepare kernel sorts its varlen batches into; ours takes a batch in the caller's order). H_q 32, H_kv 8, d 128, bf16, causal bottom-right aligned (FlashAttention's and vLLM's
 convention: query i of a sequence with lq queries and lk keys sees key j iff j <= i + lk - lq), no
 LSE (vLLM's FlashAttention backend asks for none). K/V in a paged NHD pool (num_pages, page_size,
 H_kv, d) of page size 16 (argv: one or more page sizes, e.g. `16 64 128`), the pages of every
@@ -91,7 +92,7 @@ N_PREFILL, N_DECODE = 4, 64
 PREFILL_Q = (512, 2048)  # queries per prefill chunk, inclusive bounds
 PREFILL_CONTEXT = (0, 8192)  # keys before the chunk (earlier chunks of the same request)
 DECODE_K = (2048, 32768)  # keys per decode row
-ORDERS = ("decode_first", "prefill_first", "shuffled")
+ORDERS = ("decode_first", "prefill_first", "shuffled", "longest_first")
 SPARE_PAGES = 0.05  # pool pages no table references, as a fraction of the pages in use
 TOLERANCE = (2e-2, 2e-2)  # |out - ref| <= atol + rtol |ref| (tests/cases.py `close`)
 
@@ -120,7 +121,8 @@ def vllm_mixed_lengths(
     keys = a context uniform in prefill_context + the chunk) and n_decode rows (1 query over keys
     uniform in decode_k); kinds[b] is "prefill" or "decode". Bounds inclusive; random.Random(seed),
     so the lengths do not depend on torch. order: decode rows first ("decode_first"), chunks first
-    ("prefill_first") or both shuffled together ("shuffled", the same seed)."""
+    ("prefill_first"), both shuffled together ("shuffled", the same seed) or by key length, longest
+    first ("longest_first"; ties keep decode_first's order)."""
     if order not in ORDERS:
         raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
     rng = random.Random(seed)
@@ -133,6 +135,8 @@ def vllm_mixed_lengths(
     seqs = decode + prefill if order == "decode_first" else prefill + decode
     if order == "shuffled":
         rng.shuffle(seqs)
+    if order == "longest_first":
+        seqs = sorted(seqs, key=lambda s: -s[1])
     return [s[0] for s in seqs], [s[1] for s in seqs], [s[2] for s in seqs]
 
 
