@@ -219,9 +219,9 @@ class RaggedForwardSm90(MmaMainloops):
         self.page_tma_small = config.page_tma_small if paged else 0  # the second box, for the other page sizes
         self.page_box_warps = config.page_box_warps  # producer warps issuing a block's boxes
         self.page_box_crossing = config.page_box_crossing and paged  # the crossing block's whole runs by boxes too
-        self.page_tma_rows = config.page_tma_rows and paged  # one instruction per box over the rows view
-        if self.page_tma_rows and (d_qk % 64 or d_v % 64):
-            raise ValueError(f"TileConfig.page_tma_rows: needs head dims that are multiples of 64, got {d_qk} / {d_v}")
+        # One instruction per box over the rows view: head dims of whole 64-column bands only (d96
+        # classes keep d / 64 instructions per box; a variant run over every class stays valid).
+        self.page_tma_rows = config.page_tma_rows and paged and d_qk % 64 == 0 and d_v % 64 == 0
         self.paged_consumer_fence = config.paged_consumer_fence  # mainloop.kv_wait: fence cp.async-written stages
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
