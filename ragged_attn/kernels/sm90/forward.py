@@ -1384,24 +1384,14 @@ class RaggedForwardSm90(MmaMainloops):
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
             block = (loads, kv, box_ok, head_kv, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items)
-            if const_expr(self.page_box_crossing):
-                kind = self.box_block(box_ok, n_block, seqlen.len_k)
-                if kind == 1:
-                    self.load_paged_block(block, 1)
-                elif kind == 2:
-                    self.load_paged_block(block, 2)
-                elif kind == 3:
-                    self.load_paged_block(block, 3)
-                else:
-                    self.load_paged_block(block, 0)
-            elif const_expr(self.page_tma_small):
+            if const_expr(self.page_tma_small):
                 kind = self.box_block(box_ok, n_block, seqlen.len_k)
                 if kind == 1:
                     self.load_paged_block(block, 1)
                 elif kind == 2:
                     self.load_paged_block(block, 2)
                 else:
-                    self.load_paged_block(block, 0)
+                    self.load_crossing_or_gathered(block, kind)
             elif const_expr(self.page_tma):
                 if self.box_block(box_ok, n_block, seqlen.len_k) != 0:
                     self.load_paged_block(block, True)
@@ -1412,6 +1402,18 @@ class RaggedForwardSm90(MmaMainloops):
             kv_state.advance()
         q_state.advance()
         return q_state, kv_state
+
+    @cute.jit
+    def load_crossing_or_gathered(self, block, kind: Int32):
+        """A block `box_block` did not give whole boxes: with page_box_crossing, kind 3 (the block
+        crossing len_k, its whole runs by boxes); else the gather."""
+        if const_expr(self.page_box_crossing):
+            if kind == 3:
+                self.load_paged_block(block, 3)
+            else:
+                self.load_paged_block(block, 0)
+        else:
+            self.load_paged_block(block, 0)
 
     @cute.jit
     def load_paged_block(self, block, by_box: cutlass.Constexpr[int]):
@@ -1493,24 +1495,16 @@ class RaggedForwardSm90(MmaMainloops):
     def fetch_block_pages(self, kv: PagedKV, box_ok: Int32, n_block: Int32, len_k: Int32):
         """Start the page-table reads of key block n_block: its boxes' pages (`box_block`) or this
         thread's gather rows'."""
-        if const_expr(self.page_box_crossing):
-            kind = self.box_block(box_ok, n_block, len_k)
-            if kind == 1:
-                kv.fetch_box_pages(n_block)
-            elif kind == 2:
-                kv.fetch_box_pages(n_block, self.page_tma_small)
-            elif kind == 3:
-                kv.fetch_box_pages(n_block, self.page_tma_small)
-                kv.fetch_pages(n_block)
-            else:
-                kv.fetch_pages(n_block)
-        elif const_expr(self.page_tma_small):
+        if const_expr(self.page_tma_small):
             kind = self.box_block(box_ok, n_block, len_k)
             if kind == 1:
                 kv.fetch_box_pages(n_block)
             elif kind == 2:
                 kv.fetch_box_pages(n_block, self.page_tma_small)
             else:
+                if const_expr(self.page_box_crossing):
+                    if kind == 3:  # the crossing block: its runs' boxes and the rest's rows
+                        kv.fetch_box_pages(n_block, self.page_tma_small)
                 kv.fetch_pages(n_block)
         elif const_expr(self.page_tma):
             if self.box_block(box_ok, n_block, len_k) != 0:
