@@ -152,6 +152,31 @@ def test_crossing_boxes_need_a_small_box_and_rows_view_boxes_need_boxes():
         TileConfig(128, 128, page_tma_rows=True)
 
 
+def test_producer_registers_override():
+    """TileConfig.producer_regs (a measurement variant): a multiple of 8 in [24, 256]; the MMA
+    warpgroups get what the launch's pool leaves (d64 paged, 192-row tiles: 32 -> 160, the ragged
+    class's split, where the class's 56 leaves 152)."""
+    from ragged_attn.kernels.sm90.launch import kernel_for
+
+    for bad in (20, 36, 264):
+        with pytest.raises(ValueError, match="producer_regs"):
+            TileConfig(128, 128, producer_regs=bad)
+    lc = LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, "paged")
+    assert kernel_for(lc, tile_config(lc)).mma_regs == 152
+    k = kernel_for(lc, dataclasses.replace(tile_config(lc), producer_regs=32))
+    assert (k.producer_regs, k.mma_regs) == (32, 160)
+
+
+def test_d64_paged_with_a_32_register_producer_compiles_without_spills(capfd):
+    """The d64 paged 192-row class spills at 56 / 152 (SUPPORT_MATRIX); with the producer at 32 the
+    four warps' box path and the gather fit, and the MMA warpgroups get 160: no spill anywhere."""
+    lc = LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, "paged")
+    compile_forward(lc, extra_options="remarks{ptx}", config=dataclasses.replace(tile_config(lc), producer_regs=32))
+    out, err = capfd.readouterr()
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
+    assert spills and all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
+
+
 def test_rows_view_boxes_only_for_head_dims_of_whole_bands():
     """page_tma_rows splits a row into 64-column bands: the d96 class keeps its boxes as they are
     (so a test run with the variant over every class stays valid), d64 / d128 / d192 take it."""

@@ -176,6 +176,8 @@ class RaggedForwardSm90(MmaMainloops):
                 # The box coordinates need more than 40 (40 spills; 48 too at d32/d64/d96/d192/d256);
                 # 56 leaves the MMA warpgroups 224, as 48 would (the launch's pool, below).
                 self.producer_regs = 56
+        if config.producer_regs:
+            self.producer_regs = config.producer_regs
         # What the producer warpgroup leaves, split over the MMA warpgroups (setmaxnreg takes
         # multiples of 8, at most 240): 24 -> 240 with 2 MMA warpgroups, 160 with 3 (FA3's split
         # for 192-row tiles); paged 40 -> 232, 152; paged with page_tma 56 -> 224.

@@ -90,6 +90,9 @@ class TileConfig:
     # rows (NHD as vLLM allocates them; others gather); off: a box is d / 64 instructions (one per
     # band). A measurement variant (unmeasured).
     page_tma_rows: bool = False
+    # Registers of the producer warpgroup (setmaxnreg) where not 0: the MMA warpgroups get what is
+    # left. 0: the class's own split (24; paged 40; paged with TMA boxes 56). A measurement variant.
+    producer_regs: int = 0
     # Row packing (tile_scheduler.py: FlashAttention 3's PackGQA at row granularity): where the launch
     # asks for it (run-time `pack_rows`, launch.py) a unit is one K/V head of a sequence and its
     # g = H_q / H_kv query heads' rows are packed token-major into the tile's rows (decode rows: g
@@ -130,6 +133,8 @@ class TileConfig:
             raise ValueError("TileConfig.page_box_crossing: needs page_tma_small (the crossing block's boxes)")
         if self.page_tma_rows and not self.page_tma:
             raise ValueError("TileConfig.page_tma_rows: needs page_tma (the boxes it issues)")
+        if self.producer_regs and (self.producer_regs % 8 or not 24 <= self.producer_regs <= 256):
+            raise ValueError(f"TileConfig.producer_regs: expected 0 or a multiple of 8 in [24, 256], got {self.producer_regs}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
