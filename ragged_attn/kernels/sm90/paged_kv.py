@@ -247,10 +247,7 @@ class PagedKV:
         per_warp = self.boxes_per_warp(box_rows)
         lane = self.tidx % cute.arch.WARP_SIZE
         box = self.tidx // cute.arch.WARP_SIZE * per_warp + lane
-        holds = self.tidx < self.tile_n // box_rows
-        if const_expr(self.box_warps > 1):
-            holds = (lane < per_warp) & (box < self.tile_n // box_rows)
-        if holds:
+        if (lane < per_warp) & (box < self.tile_n // box_rows):
             token = cutlass.min(n_block * self.tile_n + box * box_rows, self.len_k - 1)
             page_idx, slot = divmod(cutlass.max(token, 0), self.page_div)
             self.box_pages[0] = Int32(self.mPages[page_idx])
@@ -273,28 +270,20 @@ class PagedKV:
         0's arrival. tma_pool: this K/V head's box coordinates, (page_size, d, num_pages). box_rows
         0: the instance's."""
         box_rows = box_rows or self.box_rows
-        if const_expr(self.box_warps == 1):
-            self.load_boxes_one_warp(tma_atom, tma_pool, sX, bar, num_bytes, d, warp_idx, page, slot, box_rows)
-        else:
-            self.load_boxes_warps(tma_atom, tma_pool, sX, bar, num_bytes, d, warp_idx, page, slot, box_rows)
-
-    @cute.jit
-    def load_boxes_one_warp(
-        self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, num_bytes: int, d: int,
-        warp_idx: Int32, page: Int32, slot: Int32, box_rows: cutlass.Constexpr[int],
-    ):  # fmt: skip
-        """`load_boxes` with box_warps 1: warp 0 issues every box."""
+        per_warp = self.boxes_per_warp(box_rows)
+        lane = cute.arch.lane_idx()
         if warp_idx == 0:
-            lane = cute.arch.lane_idx()
             if lane == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(bar, num_bytes)
-            cute.arch.sync_warp()
-            for b in cutlass.range_constexpr(self.tile_n // box_rows):
-                self.issue_box(tma_atom, tma_pool, sX, bar, d, page, slot, box_rows, b, b)
+        cute.arch.sync_warp()
+        if warp_idx * per_warp < self.tile_n // box_rows:  # warp w: boxes w * per_warp ..
+            for j in cutlass.range_constexpr(per_warp):
+                self.issue_box(tma_atom, tma_pool, sX, bar, d, page, slot, box_rows, j, warp_idx * per_warp + j)
+        if warp_idx == 0:
             if lane == 1:
                 cute.arch.mbarrier_arrive(bar, arrive_count=31)  # for lanes 1 .. 31
         else:
-            if cute.arch.lane_idx() == 0:
+            if lane == 0:
                 cute.arch.mbarrier_arrive(bar, arrive_count=32)  # for the warp
 
     @cute.jit
@@ -332,34 +321,12 @@ class PagedKV:
         cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar)
 
     @cute.jit
-    def load_boxes_warps(
-        self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, num_bytes: int, d: int,
-        warp_idx: Int32, page: Int32, slot: Int32, box_rows: cutlass.Constexpr[int],
-    ):  # fmt: skip
-        """`load_boxes` with box_warps > 1: warp w issues boxes w * per_warp .. (w + 1) * per_warp - 1."""
-        per_warp = self.boxes_per_warp(box_rows)
-        lane = cute.arch.lane_idx()
-        if warp_idx == 0:
-            if lane == 0:
-                cute.arch.mbarrier_arrive_and_expect_tx(bar, num_bytes)
-        cute.arch.sync_warp()
-        if warp_idx * per_warp < self.tile_n // box_rows:
-            for j in cutlass.range_constexpr(per_warp):
-                self.issue_box(tma_atom, tma_pool, sX, bar, d, page, slot, box_rows, j, warp_idx * per_warp + j)
-        if warp_idx == 0:
-            if lane == 1:
-                cute.arch.mbarrier_arrive(bar, arrive_count=31)  # for lanes 1 .. 31
-        else:
-            if lane == 0:
-                cute.arch.mbarrier_arrive(bar, arrive_count=32)  # for the warp
-
-    @cute.jit
     def load_boxes_covered(
         self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, d: int, warp_idx: Int32,
         page: Int32, slot: Int32, box_rows: cutlass.Constexpr[int], chunks: Int32,
     ):  # fmt: skip
         """The block crossing len_k (TileConfig.page_box_crossing): its first `chunks` whole
-        box_rows-key runs inside len_k by TMA boxes (issued as `load_boxes_warps` does, boxes >=
+        box_rows-key runs inside len_k by TMA boxes (issued as `load_boxes` does, boxes >=
         chunks skipped warp-uniformly), the rest by the caller's gather (`load` with covered =
         chunks * box_rows). Lane 0 of warp 0 adds the boxes' bytes to the stage barrier's tx-count
         without arriving: every producer thread arrives through the gather's cp.async arrive, after
