@@ -123,11 +123,6 @@ def _split_tiles(problem: Problem):
     )  # fmt: skip
 
 
-def _keys(max_k):
-    """max_seqlen_k for `choose_pack_rows`: the call's int, else None (not known)."""
-    return max_k if type(max_k) is int else None
-
-
 def _pack_rows_tile(problem: Problem) -> int:
     """The tile_m of the problem's class where the class packs rows (TileConfig.pack_rows), else 0:
     try_launch then asks split_kv.choose_pack_rows (cached) for each call with GQA (H_q > H_kv;
@@ -392,7 +387,7 @@ class BoundKernel:
                 self._compiled(
                     q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
                     scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), page_table, 1,
-                    choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, 0, _keys(max_k))
+                    choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, 0, max_k)
                     if self._pack_rows and h_q != h_kv else 0,
                 )  # fmt: skip
             except (ValueError, TypeError):  # the TVM-FFI entry's checks, before any launch
@@ -429,7 +424,7 @@ class BoundKernel:
             )  # fmt: skip
         pack_rows = 0
         if self._pack_rows and h_q != h_kv:
-            pack_rows = choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, s_max, _keys(max_k))
+            pack_rows = choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, s_max, max_k)
         args = (
             q, k, v, out, lse.view(-1), cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, s_max,
             scale, left, right, bottom_right, *strides, self._lse_scale, self._num_ctas, tile_counter(q), page_table, 1,
@@ -480,7 +475,7 @@ class BoundKernel:
         args = (
             q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
             scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), page_table, 1,
-            choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, 0, _keys(max_k))
+            choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, 0, max_k)
             if self._pack_rows and h_q != h_kv else 0,
         )  # fmt: skip
         try:

@@ -44,6 +44,16 @@ EXTENDED_CLASSES = [
 ]
 
 
+def compile_without_spills(lc, capfd, config=None):
+    """compile_forward with ptxas's usage report, asserting it reports no spill stores or loads."""
+    fn = compile_forward(lc, "remarks{ptx}", config=config)
+    out, err = capfd.readouterr()
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
+    assert spills, "ptxas printed no usage report"
+    assert all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
+    return fn
+
+
 @pytest.mark.parametrize(
     "lc",
     [
@@ -63,11 +73,7 @@ EXTENDED_CLASSES = [
     ids=lambda lc: lc.name,
 )
 def test_compiles_without_spills_and_exports(lc, tmp_path, capfd):
-    fn = compile_forward(lc, "remarks{ptx}")
-    out, err = capfd.readouterr()
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
-    assert spills, "ptxas printed no usage report"
-    assert all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
+    fn = compile_without_spills(lc, capfd)
     obj = tmp_path / "k.o"
     fn.export_to_c(str(obj), "fwd")
     mod = cute.runtime.load_module(str(obj), enable_tvm_ffi=True)
@@ -171,10 +177,7 @@ def test_d64_paged_with_a_32_register_producer_compiles_without_spills(capfd):
     """The d64 paged 192-row class spills at 56 / 152 (SUPPORT_MATRIX); with the producer at 32 the
     four warps' box path and the gather fit, and the MMA warpgroups get 160: no spill anywhere."""
     lc = LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, "paged")
-    compile_forward(lc, extra_options="remarks{ptx}", config=dataclasses.replace(tile_config(lc), producer_regs=32))
-    out, err = capfd.readouterr()
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
-    assert spills and all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
+    compile_without_spills(lc, capfd, dataclasses.replace(tile_config(lc), producer_regs=32))
 
 
 def test_rows_view_boxes_only_for_head_dims_of_whole_bands():
@@ -238,10 +241,7 @@ def test_paged_class_with_page_boxes_compiles_without_spills(box, capfd):
     else:
         big, small = box if isinstance(box, tuple) else (box, 0)
         config = dataclasses.replace(tile_config(lc), page_tma=big, page_tma_small=small)
-    compile_forward(lc, extra_options="remarks{ptx}", config=config)
-    out, err = capfd.readouterr()
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
-    assert spills and all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
+    compile_without_spills(lc, capfd, config)
 
 
 @pytest.mark.parametrize("dims", HEAD_DIM_CLASSES, ids=lambda d: f"d{d[0]}x{d[1]}")

@@ -338,11 +338,8 @@ class PagedKV:
         cute.arch.sync_warp()
         for j in cutlass.range_constexpr(per_warp):
             box = warp_idx * per_warp + j
-            # every lane takes the shuffles; the copy only where the box is one of the chunks
-            box_page = cute.arch.shuffle_sync(page, j)
-            box_slot = cute.arch.shuffle_sync(slot, j)
-            if box < chunks:
-                self.copy_box(tma_atom, tma_pool, sX, bar, d, box_page, box_slot, box_rows, box)
+            if box < chunks:  # warp-uniform: the whole warp shuffles and issues, or none of it
+                self.issue_box(tma_atom, tma_pool, sX, bar, d, page, slot, box_rows, j, box)
 
     @cute.jit
     def resolve_rows(self, n_block: Int32):
