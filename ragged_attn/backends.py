@@ -218,10 +218,11 @@ def launch_cute(layout_class: LayoutClass, problem: Problem, t: Tensors) -> tupl
             split_compiled = compile_cache.get_kernel(split_kv_sibling(layout_class), sm90.compile_forward)
         except NotImplementedError:  # no JIT and no prebuilt sibling: the class's own kernel, unsplit
             splits = 1
+    pack_rows = pack_rows_for(layout_class, problem)
     sm90.launch_forward(
         compiled, **kernel_arguments(problem, t, out, lse), num_splits=splits,
         fresh_outputs=t.out is None and t.lse is None, split_compiled=split_compiled,
-        pack_rows=pack_rows_for(layout_class, problem),
+        pack_rows=pack_rows, batch_order=batch_order_for(layout_class, problem, pack_rows, splits),
     )  # fmt: skip
     return out, lse
 
@@ -241,6 +242,28 @@ def pack_rows_for(layout_class: LayoutClass, problem: Problem) -> bool:
         split_kv.choose_pack_rows(
             problem.batch, problem.total_q, max_q, problem.h_q, problem.h_kv, cfg.tile_m, problem.lse_s_max,
             problem.max_seqlen_k,
+        )
+    )
+
+
+def batch_order_for(layout_class: LayoutClass, problem: Problem, pack_rows: bool, num_splits: int) -> bool:
+    """Whether a launch of `layout_class` deals its sequences longest first (tile_scheduler.py
+    "Batch order"): the class has TileConfig.batch_order and `split_kv.choose_batch_order` takes it
+    for the call's host integers, the launch's row packing and split count and the class's tile_m
+    (as the fast path asks). No device read."""
+    from .kernels.sm90 import launch, split_kv
+    from .kernels.sm90.tile_config import tile_config
+
+    cfg = tile_config(layout_class)
+    if not cfg.batch_order:
+        return False
+    max_q = problem.max_seqlen_q if problem.max_seqlen_q is not None else problem.total_q
+    # A stand-in launch (CPU tests) counts one CTA, as the fast path's BoundKernel does.
+    num_ctas = launch.sm_count(problem.device) if problem.device.type == "cuda" else 1
+    return bool(
+        split_kv.choose_batch_order(
+            problem.batch, problem.total_q, max_q, problem.max_seqlen_k, problem.h_q, problem.h_kv,
+            num_ctas, 1 if pack_rows else 0, num_splits, cfg.tile_m,
         )
     )
 
@@ -305,6 +328,7 @@ def kernel_arguments(problem: Problem, t: Tensors, out: torch.Tensor, lse: torch
         seqused_k=t.seqused_k,
         batch=problem.batch,
         max_seqlen_q=max_q,
+        max_seqlen_k=problem.max_seqlen_k,  # keys: the batch order's rule (split_kv.choose_batch_order)
         lse_s_max=problem.lse_s_max,
         softmax_scale=problem.softmax_scale,
         window_left=left,

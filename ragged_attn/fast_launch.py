@@ -53,7 +53,7 @@ import torch
 
 from .backends import MAX_BATCH, MAX_HEADS, MAX_PADDED_LSE_ROWS, MAX_TOKENS
 from .kernels.sm90.launch import rows_inside, tile_counter
-from .kernels.sm90.split_kv import choose_num_splits, choose_pack_rows, run_splits
+from .kernels.sm90.split_kv import choose_batch_order, choose_num_splits, choose_pack_rows, run_splits
 from .layout_class import head_dim_class
 from .problem import Problem
 
@@ -61,9 +61,9 @@ _ARG_ORDER = (
     "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
     "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
-    "lse_scale", "num_ctas", "tile_counter", "page_table", "num_splits", "pack_rows",
+    "lse_scale", "num_ctas", "tile_counter", "page_table", "num_splits", "pack_rows", "batch_order",
 )  # fmt: skip
-# A -softcap / -sinks class's function takes these after pack_rows (kernels/sm90/launch.py).
+# A -softcap / -sinks class's function takes these after batch_order (kernels/sm90/launch.py).
 _EXT_ARGS = ("sinks", "softcap")
 _INT32 = torch.int32
 _F32 = torch.float32
@@ -123,18 +123,20 @@ def _split_tiles(problem: Problem):
     )  # fmt: skip
 
 
-def _pack_rows_tile(problem: Problem) -> int:
-    """The tile_m of the problem's class where the class packs rows (TileConfig.pack_rows), else 0:
-    try_launch then asks split_kv.choose_pack_rows (cached) for each call with GQA (H_q > H_kv;
-    the heads are the call's, not the class's: as backends.pack_rows_for asks for the checked path)."""
+def _schedule_tiles(problem: Problem) -> tuple[int, int]:
+    """(pack_rows, batch_order) of the problem's class: its tile_m where the class packs rows
+    (TileConfig.pack_rows), resp. has the batch order (TileConfig.batch_order), else 0. try_launch
+    then asks split_kv.choose_pack_rows for each call with GQA (H_q > H_kv; the heads are the call's,
+    not the class's: as backends.pack_rows_for asks for the checked path), resp.
+    split_kv.choose_batch_order for each call (both cached)."""
     from .backends import layout_class_for
     from .kernels.sm90.tile_config import tile_config
 
     try:
         cfg = tile_config(layout_class_for(problem))
     except NotImplementedError:
-        return 0
-    return cfg.tile_m if cfg.pack_rows else 0
+        return 0, 0
+    return (cfg.tile_m if cfg.pack_rows else 0), (cfg.tile_m if cfg.batch_order else 0)
 
 
 @functools.cache
@@ -159,6 +161,7 @@ class BoundKernel:
         "_lse_scale",
         "_num_ctas",
         "_options",
+        "_batch_order",
         "_pack_rows",
         "_paged",
         "_return_lse",
@@ -206,7 +209,7 @@ class BoundKernel:
         self._lse_layout = problem.lse_layout
         self._lse_scale = 1.0 if problem.lse_base == "log2" else _LN2
         self._split = _split_tiles(problem)
-        self._pack_rows = _pack_rows_tile(problem)
+        self._pack_rows, self._batch_order = _schedule_tiles(problem)
         # min(total_q, B * max_seqlen_q) * H_q at or above this never splits (`_split_tiles`'
         # max_rows, times the SMs).
         self._split_rows = 0 if self._split is None else self._split[4] * self._num_ctas
@@ -383,12 +386,19 @@ class BoundKernel:
                     out.zero_()
             if slot is not None:  # set last: a call that returns None keeps no tensor alive
                 slot.sinks = sinks
+            rows = 0
+            if self._pack_rows and h_q != h_kv:
+                rows = choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, 0, max_k)
+            order = 0
+            if self._batch_order:
+                order = choose_batch_order(
+                    batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, rows, 1, self._batch_order
+                )
             try:
                 self._compiled(
                     q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
                     scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), page_table, 1,
-                    choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, 0, max_k)
-                    if self._pack_rows and h_q != h_kv else 0,
+                    rows, order,
                 )  # fmt: skip
             except (ValueError, TypeError):  # the TVM-FFI entry's checks, before any launch
                 return None
@@ -425,10 +435,15 @@ class BoundKernel:
         pack_rows = 0
         if self._pack_rows and h_q != h_kv:
             pack_rows = choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, s_max, max_k)
+        order = 0
+        if self._batch_order:
+            order = choose_batch_order(
+                batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, pack_rows, splits, self._batch_order
+            )
         args = (
             q, k, v, out, lse.view(-1), cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, s_max,
             scale, left, right, bottom_right, *strides, self._lse_scale, self._num_ctas, tile_counter(q), page_table, 1,
-            pack_rows,
+            pack_rows, order,
         )  # fmt: skip
         try:
             if splits == 1:
@@ -472,11 +487,19 @@ class BoundKernel:
         elif splits > 1 and sibling is not None:
             inside = rows_inside(cu_q, used_q if flag_q else None, batch, total_q)
         left, right, bottom_right = self._options[1:]
+        rows = 0
+        if self._pack_rows and h_q != h_kv:
+            rows = choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, 0, max_k)
+        order = 0
+        if self._batch_order:  # the splits as launched: the sibling's where it runs them, else one
+            launched = splits if splits > 1 and sibling is not None else 1
+            order = choose_batch_order(
+                batch, total_q, max_q, max_k, h_q, h_kv, self._num_ctas, rows, launched, self._batch_order
+            )
         args = (
             q, k, v, out, None, cu_q, cu_k, used_q, used_k, flag_q, flag_k, batch, max_q, 0,
             scale, left, right, bottom_right, 0, 0, 0, 0, 1.0, self._num_ctas, tile_counter(q), page_table, 1,
-            choose_pack_rows(batch, total_q, max_q, h_q, h_kv, self._pack_rows, 0, max_k)
-            if self._pack_rows and h_q != h_kv else 0,
+            rows, order,
         )  # fmt: skip
         try:
             if splits == 1 or sibling is None:

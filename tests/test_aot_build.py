@@ -71,7 +71,7 @@ BLOCKED_LOAD = textwrap.dedent(
         try:
             fn(q, kv, kv, q, torch.zeros(32) if lc.lse else None, i32(2), i32(2), i32(1), i32(1),
                0, 0, 1, 16, 0, 1.0, -1, -1, 1, 0, 0, 0, 0, 0.69, 1, i32(1),
-               i32(1, 2) if lc.kv == "paged" else None, 1, 0)
+               i32(1, 2) if lc.kv == "paged" else None, 1, 0, 0)
             result["calls"][name] = "returned"
         except Exception as e:
             result["calls"][name] = f"{type(e).__name__}: {e}"

@@ -232,8 +232,9 @@ def test_paged_arguments_in_kernel_order(kv_layout):
     assert args[14:18] == (pytest.approx(128**-0.5), -1, 0, 1)  # scale, causal window, bottom-right
     assert args[25] is a["page_table"]
     # num_splits 1 (one SM on the CPU: the tiles fill it), pack_rows 1 (d128 causal packs rows, GQA
-    # 8 / 2 over short rows: split_kv.choose_pack_rows), as launch_forward passes them.
-    assert args[26:] == (1, 1)
+    # 8 / 2 over short rows: split_kv.choose_pack_rows), batch_order 0 (no max_seqlen_k: the
+    # caller's order, split_kv.choose_batch_order), as launch_forward passes them.
+    assert args[26:] == (1, 1, 0)
 
 
 @pytest.mark.parametrize("kv_layout", ["NHD", "HND"])

@@ -105,6 +105,24 @@ def test_every_class_has_a_config_that_fits():
         assert cfg.o_turns == (128 < dq <= 192), lc.name
 
 
+def test_every_class_has_the_batch_order_beside_what_it_had():
+    """TileConfig.batch_order 256 for every class, ragged and paged: its arrays (the sorted q-row
+    prefix and the order, 1540 bytes) fit in the smem the class leaves, without moving O into Q's
+    buffer; the field takes 0 or a sequence count in [2, 1024]."""
+    for (dq, dv), mask, kv in itertools.product(HEAD_DIM_CLASSES, ("none", "causal", "window"), ("ragged", "paged")):
+        lc = LayoutClass("sm_90a", dq, dv, "bf16", "bf16", mask, True, kv)
+        cfg = tile_config(lc)
+        assert cfg.batch_order == 256, lc.name
+        without = dataclasses.replace(cfg, batch_order=0)
+        assert o_aliases_q(cfg, dq, dv) == o_aliases_q(without, dq, dv), lc.name
+        alias = o_aliases_q(cfg, dq, dv)
+        grown = smem_bytes(cfg, dq, dv, not alias) - smem_bytes(without, dq, dv, not alias)
+        assert 1540 <= grown <= 1540 + 1023 and smem_bytes(cfg, dq, dv, not alias) <= SMEM_CAPACITY, lc.name
+    for bad in (1, 1025, -2):
+        with pytest.raises(ValueError, match="batch_order"):
+            TileConfig(128, 128, batch_order=bad)
+
+
 def test_two_q_buffers_exactly_where_o_has_its_own():
     """q_stages=2 for every class whose O keeps a whole tile's buffer (d <= 128, ragged and paged), 1
     where O is staged in Q's smem or 64 rows at a time (d192); two Q buffers with O in Q's buffer are
@@ -159,25 +177,28 @@ def test_crossing_boxes_need_a_small_box_and_rows_view_boxes_need_boxes():
 
 
 def test_producer_registers_override():
-    """TileConfig.producer_regs (a measurement variant): a multiple of 8 in [24, 256]; the MMA
-    warpgroups get what the launch's pool leaves (d64 paged, 192-row tiles: 32 -> 160, the ragged
-    class's split, where the class's 56 leaves 152)."""
+    """TileConfig.producer_regs: a multiple of 8 in [24, 256]; the MMA warpgroups get what the
+    launch's pool leaves (d64 paged, 192-row tiles: the class's 32 -> 160, the ragged class's
+    split, where the box path's default 56 leaves 152)."""
     from ragged_attn.kernels.sm90.launch import kernel_for
 
     for bad in (20, 36, 264):
         with pytest.raises(ValueError, match="producer_regs"):
             TileConfig(128, 128, producer_regs=bad)
     lc = LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, "paged")
-    assert kernel_for(lc, tile_config(lc)).mma_regs == 152
-    k = kernel_for(lc, dataclasses.replace(tile_config(lc), producer_regs=32))
-    assert (k.producer_regs, k.mma_regs) == (32, 160)
+    k = kernel_for(lc, tile_config(lc))
+    assert (tile_config(lc).producer_regs, k.producer_regs, k.mma_regs) == (32, 32, 160)
+    k = kernel_for(lc, dataclasses.replace(tile_config(lc), producer_regs=0))
+    assert (k.producer_regs, k.mma_regs) == (56, 152)
 
 
-def test_d64_paged_with_a_32_register_producer_compiles_without_spills(capfd):
-    """The d64 paged 192-row class spills at 56 / 152 (SUPPORT_MATRIX); with the producer at 32 the
-    four warps' box path and the gather fit, and the MMA warpgroups get 160: no spill anywhere."""
+def test_d64_paged_192_row_class_compiles_without_spills(capfd):
+    """The d64 paged 192-row class spilled at 56 / 152 (36 spill instructions); at its 32 / 160
+    (TileConfig.producer_regs, session 14) the four warps' box path and the gather fit, and the MMA
+    warpgroups do too: no spill anywhere."""
     lc = LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, "paged")
-    compile_without_spills(lc, capfd, dataclasses.replace(tile_config(lc), producer_regs=32))
+    assert tile_config(lc).producer_regs == 32
+    compile_without_spills(lc, capfd)
 
 
 def test_rows_view_boxes_only_for_head_dims_of_whole_bands():

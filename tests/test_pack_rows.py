@@ -146,3 +146,60 @@ def test_fast_path_asks_per_call_heads(monkeypatch):
         assert bound.try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, out, None, None) is not None
         assert [c["pack_rows"] for c in rec.calls] == [int(backends.pack_rows_for(lc, problems[call_hkv]))]
         assert rec.calls[0]["pack_rows"] == (call_hkv == 8)
+
+
+def test_batch_order_rule():
+    """split_kv.choose_batch_order: two or more sequences, at least BATCH_ORDER_KEYS keys in the
+    longest, and more (unpacked) tiles than CTAs; anything else keeps the caller's order."""
+    from ragged_attn.kernels.sm90.split_kv import BATCH_ORDER_KEYS, choose_batch_order, unsplit_tiles
+
+    keys = BATCH_ORDER_KEYS
+    # vLLM's decode rows (64 x 1 query, 32/8 heads): 2048 tiles over 132 CTAs, keys up to 32k.
+    assert choose_batch_order(64, 64, 1, 32768, 32, 8, 132) == 1
+    assert choose_batch_order(64, 64, 1, keys, 32, 8, 132) == 1
+    assert choose_batch_order(64, 64, 1, keys - 1, 32, 8, 132) == 0  # short keys: the prologue's cost
+    assert choose_batch_order(64, 64, 1, None, 32, 8, 132) == 0  # keys not known
+    assert choose_batch_order(1, 8192, 8192, 8192, 32, 8, 132) == 0  # one sequence: nothing to order
+    # Two decode rows: 64 tiles, one per CTA at once.
+    assert unsplit_tiles(2, 2, 1, 32, 8, 128, False) == 64
+    assert choose_batch_order(2, 2, 1, 32768, 32, 8, 132) == 0
+    assert choose_batch_order(5, 5, 1, 32768, 32, 8, 132) == 1  # 160 tiles
+    assert choose_batch_order(4, 2048, 512, 512, 32, 8, 132) == 0  # issue 10's 4 x 512
+    # The tiles as launched: 8 decode rows are 256 unpacked tiles, 64 row-packed, 256 in 4 splits.
+    assert choose_batch_order(8, 8, 1, 32768, 32, 8, 132) == 1
+    assert choose_batch_order(8, 8, 1, 32768, 32, 8, 132, pack_rows=1) == 0
+    assert choose_batch_order(8, 8, 1, 32768, 32, 8, 132, pack_rows=1, num_splits=4) == 1
+
+
+@pytest.mark.parametrize("max_k, want", [(300, 0), (4096, 1), (None, 0)])
+def test_launch_paths_pass_the_batch_order(max_k, want, monkeypatch):
+    """launch_forward (batch_order None: the library's choice; True / False: forced) and the fast
+    path's BoundKernel pass batch_order in its COMPILED_ARGS place, from max_seqlen_k: 64 decode
+    rows (2048 unpacked tiles over 132 CTAs) order only over >= BATCH_ORDER_KEYS keys (max_seqlen_k
+    is an upper bound: the keys here are 300 per row)."""
+    import dataclasses
+
+    from ragged_attn import backends
+    from ragged_attn.fast_launch import BoundKernel
+    from ragged_attn.problem import build_problem
+
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    q, k, v, cu_q, cu_k = _decode_problem(batch=64)
+    problem, t = build_problem(q, k, v, cu_q, cu_k, 1, max_k, causal=True, return_lse=True, lse_layout="token_major")
+    lc = backends.layout_class_for(problem)
+    assert tile_config(lc).batch_order == 256
+    rec = Recorder()
+    out = torch.empty(64, 32, 128, dtype=torch.bfloat16)
+    lse = torch.empty(64, 32)
+    kw = backends.kernel_arguments(problem, t, out, lse)
+    assert kw["max_seqlen_k"] == max_k
+    launch_forward(rec, **kw)
+    launch_forward(rec, **kw, batch_order=True)
+    launch_forward(rec, **kw, batch_order=False)
+    cuda_problem = dataclasses.replace(problem, device=torch.device("cuda", 0))  # the SM count's device
+    assert backends.batch_order_for(lc, cuda_problem, False, 1) == bool(want)
+    bound = BoundKernel(rec, problem)
+    monkeypatch.setattr(bound, "_num_ctas", 132)
+    monkeypatch.setattr(bound, "_split", None)  # one launch (splits would repeat the choice per split)
+    assert bound.try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, None, None, max_k) is not None
+    assert [c["batch_order"] for c in rec.calls] == [want, 1, 0, want]

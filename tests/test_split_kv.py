@@ -168,10 +168,11 @@ def test_which_classes_split():
     assert split_allowed(soft, "head_major") and lse_sibling(soft).softcap and lse_sibling(soft).lse
 
 
-def test_num_splits_and_pack_rows_are_the_last_plain_arguments():
+def test_num_splits_pack_rows_and_batch_order_are_the_last_plain_arguments():
     from ragged_attn import fast_launch
 
-    assert COMPILED_ARGS[-2:] == ("num_splits", "pack_rows") and fast_launch._ARG_ORDER[-2:] == ("num_splits", "pack_rows")
+    last = ("num_splits", "pack_rows", "batch_order")
+    assert COMPILED_ARGS[-3:] == last and fast_launch._ARG_ORDER[-3:] == last
 
 
 # ----------------------------------------------------------------------------- the launch path

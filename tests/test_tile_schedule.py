@@ -18,14 +18,14 @@ from ragged_attn.kernels.sm90.tile_scheduler import (  # noqa: E402
 )
 
 
-def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False):
+def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False, batch_order=0):
     num_wg = tile_m // ROW_BLOCK
     _, _, _, packed, num_tiles = launch_schedule_ref(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes)
     computed, lse_filled = {}, {}
     ratio = hq // hkv
     for t in range(num_tiles):
         unit, tile, b, has_rows, pack_r, _ = decode_tile_ref(
-            t, lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes, kv_head_groups
+            t, lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes, kv_head_groups, batch_order=batch_order
         )  # fmt: skip
         kv_heads = set()
         # The items as the producer hands them over: a packed sequence's partial tile first.
@@ -54,10 +54,11 @@ def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512, 
         assert pads <= set(lse_filled)
 
 
+@pytest.mark.parametrize("batch_order", [0, 256])
 @pytest.mark.parametrize("tile_m", [128, 192])
 @pytest.mark.parametrize("pack", [False, "always", True])
 @pytest.mark.parametrize("seed", range(12))
-def test_every_row_block_of_every_head_is_computed_exactly_once(seed, pack, tile_m):
+def test_every_row_block_of_every_head_is_computed_exactly_once(seed, pack, tile_m, batch_order):
     rng = random.Random(seed)
     hkv = rng.choice([1, 2, 3, 8])
     ratio = rng.choice([1, 2, 3, 4, 5, 7, 8, 16])
@@ -65,7 +66,7 @@ def test_every_row_block_of_every_head_is_computed_exactly_once(seed, pack, tile
     lens_q = [rng.choice([0, 1, 63, 64, 65, 128, 191, 192, 193, 256, rng.randrange(0, 2000)]) for _ in range(batch)]
     lens_k = [n + rng.randrange(0, 300) for n in lens_q]
     lse_s_max = 0 if seed % 3 else max(lens_q) + rng.randrange(0, 130)
-    _cover(lens_q, lens_k, hkv * ratio, hkv, tile_m, pack, lse_s_max)
+    _cover(lens_q, lens_k, hkv * ratio, hkv, tile_m, pack, lse_s_max, batch_order=batch_order)
 
 
 @pytest.mark.parametrize("kv_head_groups", [False, True])
@@ -154,7 +155,7 @@ def test_a_packed_sequences_partial_tile_is_its_first(pack_r, len_q, steps):
     assert (cost(0), cost(shift)) == steps
 
 
-def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512):
+def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512, batch_order=0):
     """Row packing: every (sequence, query head, token) lies in exactly one tile's packed rows (per
     split), every tile holds rows of one K/V head, and a tile's packed rows start inside its
     sequence's packed row space."""
@@ -170,7 +171,7 @@ def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512):
     for t in range(num_tiles):
         unit, tile, b, has_rows, _, split = decode_tile_ref(
             t, lens_q, lens_k, hq, hkv, tile_m, False, token_bytes=token_bytes, num_splits=num_splits,
-            pack_rows=True,
+            pack_rows=True, batch_order=batch_order,
         )  # fmt: skip
         assert split == t % num_splits and 0 <= unit < hkv
         if not has_rows:
@@ -185,16 +186,17 @@ def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512):
     assert set(computed) == want
 
 
+@pytest.mark.parametrize("batch_order", [0, 256])
 @pytest.mark.parametrize("tile_m", [128, 192])
 @pytest.mark.parametrize("seed", range(10))
-def test_row_packing_computes_every_token_of_every_head_once(seed, tile_m):
+def test_row_packing_computes_every_token_of_every_head_once(seed, tile_m, batch_order):
     rng = random.Random(100 + seed)
     hkv = rng.choice([1, 2, 3, 8])
     g = rng.choice([2, 3, 4, 5, 6, 7, 8, 16, 64])
     batch = rng.choice([1, 2, 5, 17, 40])
     lens_q = [rng.choice([0, 1, 2, 5, 16, 17, 63, 64, 65, rng.randrange(0, 300)]) for _ in range(batch)]
     lens_k = [n + rng.randrange(0, 3000) for n in lens_q]
-    _cover_rows(lens_q, lens_k, hkv * g, hkv, tile_m, num_splits=rng.choice([1, 1, 2, 4]))
+    _cover_rows(lens_q, lens_k, hkv * g, hkv, tile_m, num_splits=rng.choice([1, 1, 2, 4]), batch_order=batch_order)
 
 
 def test_row_packing_keeps_the_cover_under_l2_groups():
@@ -210,3 +212,28 @@ def test_row_packing_puts_a_decode_groups_rows_in_one_tile():
     # No row packing without GQA or with a padded LSE.
     assert launch_schedule_ref([1] * 4, [9] * 4, 8, 8, 128, False, pack_rows=True)[0] == 8
     assert launch_schedule_ref([1] * 4, [9] * 4, 8, 2, 128, False, lse_s_max=4, pack_rows=True)[1:3] == (1, 1)
+
+
+@pytest.mark.parametrize("pack_rows", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_batch_order_deals_the_longest_keys_first(seed, pack_rows):
+    # TileConfig.batch_order: the tiles' sequences come in key-length order, longest first, ties in
+    # the caller's order; a batch past the cap (or of one sequence) keeps the caller's order.
+    from ragged_attn.kernels.sm90.tile_scheduler import batch_order_ref
+
+    rng = random.Random(300 + seed)
+    batch = rng.choice([2, 5, 17, 64])
+    lens_q = [rng.choice([1, 1, 4, 100, rng.randrange(1, 2000)]) for _ in range(batch)]
+    lens_k = [n + rng.choice([0, 0, rng.randrange(0, 30000)]) for n in lens_q]
+    hq, hkv = 32, 8
+    *_, num_tiles = launch_schedule_ref(lens_q, lens_k, hq, hkv, 128, False, pack_rows=pack_rows)
+    seen = []
+    for cap, want in ((256, batch_order_ref(lens_k, 256)), (batch - 1, list(range(batch)))):
+        seen = []
+        for t in range(num_tiles):
+            _, _, b, has_rows, _, _ = decode_tile_ref(t, lens_q, lens_k, hq, hkv, 128, False, pack_rows=pack_rows, batch_order=cap)
+            if has_rows and b not in seen:
+                seen.append(b)
+        assert seen == want
+    assert batch_order_ref(lens_k, 256) == sorted(range(batch), key=lambda b: (-lens_k[b], b))
+    assert batch_order_ref([5], 256) is None and batch_order_ref(lens_k, 0) is None

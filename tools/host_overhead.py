@@ -53,7 +53,7 @@ def main():
     # The compiled kernel's own argument list (launch.launch_forward's call), LSE off.
     bare_args = (
         q, k, v, out, None, cu, cu, cu, cu, 0, 0, 2, 64, 0, 0.088, -1, 0, 1, 0, 0, 0, 0, 0.69,
-        sm_count(q.device), tile_counter(q), None, 1, 0,
+        sm_count(q.device), tile_counter(q), None, 1, 0, 0,
     )  # fmt: skip
     noop = BoundKernel(lambda *a: None, plan.problem)
     rows = [

@@ -173,23 +173,23 @@ def test_row_packing_paged_top_left_and_gqa8(return_lse):
 
 
 # ----------------------------------------------------------------------------- the library's choice
-def test_library_packs_rows_of_vllms_mixed_batch():
-    """vLLM's mixed batch (4 prefill chunks + 64 decode rows, 32/8 heads, d128, causal): the
-    library packs rows by itself (split_kv.choose_pack_rows), through attention and Plan.run's
-    fast path, with the reference's results."""
-    import ragged_attn
-    from ragged_attn.kernels.sm90.split_kv import choose_pack_rows
-
-    lens_q = [300, 512, 77, 128] + [1] * 64
-    lens_k = [1200, 2048, 4000, 128] + [1000 + 97 * i for i in range(64)]
-    g = torch.Generator(device="cpu").manual_seed(3)
+def vllm_like_call(lens_q, lens_k, seed):
+    """(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) of a ragged batch on the
+    GPU: 32/8 heads, d128, bf16, fresh random values."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
     q = torch.randn(sum(lens_q), 32, 128, generator=g).to(torch.bfloat16).cuda()
     k = torch.randn(sum(lens_k), 8, 128, generator=g).to(torch.bfloat16).cuda()
     v = torch.randn(sum(lens_k), 8, 128, generator=g).to(torch.bfloat16).cuda()
     cu_q = torch.tensor([0] + [sum(lens_q[: i + 1]) for i in range(len(lens_q))], dtype=torch.int32).cuda()
     cu_k = torch.tensor([0] + [sum(lens_k[: i + 1]) for i in range(len(lens_k))], dtype=torch.int32).cuda()
-    assert choose_pack_rows(len(lens_q), sum(lens_q), max(lens_q), 32, 8, 128, 0, max(lens_k)) == 1
-    args = (q, k, v, cu_q, cu_k, max(lens_q), max(lens_k))
+    return q, k, v, cu_q, cu_k, max(lens_q), max(lens_k)
+
+
+def library_calls_match_the_reference(args):
+    """`attention` and `Plan.run` (twice: its fast path), causal, without and with a token-major LSE,
+    each within the tolerance of the reference backend."""
+    import ragged_attn
+
     for opts in (dict(causal=True), dict(causal=True, return_lse=True, lse_layout="token_major")):
         want = ragged_attn.attention(*args, backend="reference", **opts)
         plan = ragged_attn.plan(*args, **opts)
@@ -199,3 +199,15 @@ def test_library_packs_rows_of_vllms_mixed_batch():
                 err = (a.float() - b.float()).abs()
                 tol = 1e-2 if a.dtype == torch.float32 else 2e-2 + 2e-2 * b.float().abs()
                 assert (err <= tol).all(), f"max err {err.max().item():.4g}"
+
+
+def test_library_packs_rows_of_vllms_mixed_batch():
+    """vLLM's mixed batch (4 prefill chunks + 64 decode rows, 32/8 heads, d128, causal): the
+    library packs rows by itself (split_kv.choose_pack_rows), through attention and Plan.run's
+    fast path, with the reference's results."""
+    from ragged_attn.kernels.sm90.split_kv import choose_pack_rows
+
+    lens_q = [300, 512, 77, 128] + [1] * 64
+    lens_k = [1200, 2048, 4000, 128] + [1000 + 97 * i for i in range(64)]
+    assert choose_pack_rows(len(lens_q), sum(lens_q), max(lens_q), 32, 8, 128, 0, max(lens_k)) == 1
+    library_calls_match_the_reference(vllm_like_call(lens_q, lens_k, seed=3))

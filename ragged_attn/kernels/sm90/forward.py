@@ -105,6 +105,7 @@ def cp_async_mbarrier_arrive_inc(mbar_ptr, *, loc=None, ip=None) -> None:
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
 EPILOGUE_WG_BARRIER_BASE = 5  # ids 5 .. 7: one MMA warpgroup's own epilogue (wg_epilogue)
 O_TURN_BARRIER_BASE = 8  # ids 8 .. 10: an MMA warpgroup's turn at the shared O block (o_turns)
+ORDER_BARRIER_ID = 11  # the producer warpgroup's steps of the batch order (sort_batch)
 REGISTERS_PER_SM = 65536
 TILE_STAGES = 2  # decoded tiles the producer warp may hand the MMA warpgroups ahead
 # One handed-over tile, Int32 words: go (0: no tile left, else 1 + the tile's split-KV split), unit, tile, batch_idx, offset_q,
@@ -225,6 +226,7 @@ class RaggedForwardSm90(MmaMainloops):
         # classes keep d / 64 instructions per box; a variant run over every class stays valid).
         self.page_tma_rows = config.page_tma_rows and paged and d_qk % 64 == 0 and d_v % 64 == 0
         self.paged_consumer_fence = config.paged_consumer_fence  # mainloop.kv_wait: fence cp.async-written stages
+        self.batch_order = config.batch_order  # sort_batch: 2 .. batch_order sequences dealt longest first
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
@@ -270,6 +272,7 @@ class RaggedForwardSm90(MmaMainloops):
         mPageTable: Optional[cute.Tensor],  # paged: (B, max_pages) int32; ragged: None
         num_splits: Int32,  # split-KV splits (>= 1): mO / mLSE address num_splits * total_q rows
         pack_rows: Int32,  # != 0: pack rows where the class can (TileConfig.pack_rows, H_q > H_kv, no padded LSE)
+        batch_order: Int32,  # != 0: deal the batch longest first where the class can (TileConfig.batch_order)
         stream: cuda.CUstream,
     ):
         """num_splits > 1: mO is split 0's (total_q, H_q, d_v) view of a (num_splits, total_q, H_q,
@@ -280,7 +283,7 @@ class RaggedForwardSm90(MmaMainloops):
             mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
             batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
             lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, pack_rows,
-            stream, None, None,
+            batch_order, stream, None, None,
         )  # fmt: skip
 
     @cute.jit
@@ -314,6 +317,7 @@ class RaggedForwardSm90(MmaMainloops):
         mPageTable: Optional[cute.Tensor],
         num_splits: Int32,
         pack_rows: Int32,
+        batch_order: Int32,
         mSinks: Optional[cute.Tensor],  # sinks class: (H_q,) fp32 sink logits (natural log); else None
         softcap: Float32,  # softcap class: the cap (> 0); else ignored
         stream: cuda.CUstream,
@@ -326,7 +330,7 @@ class RaggedForwardSm90(MmaMainloops):
             mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
             batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
             lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, pack_rows,
-            stream, mSinks, softcap,
+            batch_order, stream, mSinks, softcap,
         )  # fmt: skip
 
     @cute.jit
@@ -334,7 +338,7 @@ class RaggedForwardSm90(MmaMainloops):
         self, mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
         batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
         lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, pack_rows,
-        stream, mSinks, softcap,
+        batch_order, stream, mSinks, softcap,
     ):  # fmt: skip
         """The host side of both entries (`__call__`: mSinks and softcap None)."""
         # Sequence first, head last, as TMA wants: (total, d, h).
@@ -507,6 +511,7 @@ class RaggedForwardSm90(MmaMainloops):
             row_mult,
             mQ if const_expr(self.pack_rows) else None,
             num_splits,
+            batch_order,
             num_heads // num_heads_kv,
             use_seqused_q,
             use_seqused_k,
@@ -584,6 +589,9 @@ class RaggedForwardSm90(MmaMainloops):
         }
         if not self.o_aliases_q:
             fields["sO"] = buf(self.out_dtype, sO_layout)
+        if self.batch_order:  # sort_batch's sorted q-row prefix and order
+            fields["order_prefix"] = cute.struct.MemRange[Int32, self.batch_order + 1]
+            fields["order"] = cute.struct.MemRange[cutlass.Int16, self.batch_order]
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
     # ------------------------------------------------------------------ device side
@@ -623,6 +631,7 @@ class RaggedForwardSm90(MmaMainloops):
         row_mult: Int32,  # packed rows per token: H_q / H_kv with row packing, else 1 (tile_scheduler.py)
         mQ: Optional[cute.Tensor],  # pack_rows classes: (total_q, H_q, d_qk) for the Q row gather; else None
         num_splits: Int32,  # split-KV splits per tile (1: none; tile_scheduler.py, block_info.py)
+        batch_order: Int32,  # != 0: the launch asks for the batch order (sort_batch; TileConfig.batch_order)
         ratio: Int32,  # H_q / H_kv, divided on the host: a kernel parameter the producer warp reads
         # from the constant bank (computed in the kernel, its 24 registers rematerialized the
         # division in every tile, beside kv_head's own)
@@ -770,18 +779,26 @@ class RaggedForwardSm90(MmaMainloops):
         pipeline.pipeline_init_wait()
 
         if warp_idx < 4:
+            if const_expr(self.batch_order):
+                # Before the register split: the MMA warpgroups wait for their first tile anyway.
+                order = self.sort_batch(
+                    storage, mCuSeqlensQ, mCuSeqlensK, mSeqUsedK, use_seqused_k, warp_idx, batch_order
+                )  # fmt: skip
+                sched_p = sched + (order,)
+            else:
+                sched_p = sched
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if const_expr(self.paged):
                 self.load_paged(
                     q_tma, tma_K, tma_V, mPageTable, sQ, sK, sV, tma_atom_Q, tma_atom_K,
-                    pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff, lse_args, warp_idx,
+                    pipe_q, pipe_k, pipe_v, sched_p, mask_numbers, handoff, lse_args, warp_idx,
                     (tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb, tma_atom_Kb2, tma_Kb2, tma_atom_Vb2, tma_Vb2),
                 )  # fmt: skip
             else:
                 if warp_idx == 0:
                     self.load(
                         q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V,
-                        pipe_q, pipe_k, pipe_v, sched, mask_numbers, handoff, lse_args,
+                        pipe_q, pipe_k, pipe_v, sched_p, mask_numbers, handoff, lse_args,
                     )  # fmt: skip
         else:
             cute.arch.setmaxregister_increase(self.mma_regs)
@@ -792,6 +809,76 @@ class RaggedForwardSm90(MmaMainloops):
             )  # fmt: skip
 
     # ------------------------------------------------------------------ the persistent schedule
+    @cute.jit
+    def sort_batch(self, storage, mCuSeqlensQ, mCuSeqlensK, mSeqUsedK, use_seqused_k, warp_idx, wanted: Int32):
+        """TileConfig.batch_order: the producer warpgroup (all 128 threads; warp 0 decodes the
+        tiles after it) writes the batch's sequences in the order the linear tile order deals them,
+        longest first by key length (ties in the caller's order: FA3's LPT order of varlen batches,
+        made here in each CTA's prologue instead of a prepare kernel), and their q-row prefix in that
+        order. Returns (sorted, sPrefix, sOrder) for `decode_tile`: sorted 1 where the launch asks
+        for it (`wanted` != 0: split_kv.choose_batch_order, host integers) and 2 <= B <=
+        batch_order, then sOrder[v] = the caller's index of position v and sPrefix[v] =
+        cu_seqlens_q[0] + the q-row spans (cu_seqlens_q gaps) of positions before v; else 0 and
+        the caller's order. Ranks by counting (each thread compares its sequences' keys with all B,
+        one smem broadcast per key), the prefix by warp 0 (a chunk per lane, a shuffle scan)."""
+        sPrefix = storage.order_prefix.get_tensor(cute.make_layout((self.batch_order + 1,)))
+        sOrder = storage.order.get_tensor(cute.make_layout((self.batch_order,)))
+        tidx = Int32(cute.arch.thread_idx()[0])
+        batch = cute.size(mCuSeqlensQ.shape[0]) - 1
+        per = (self.batch_order + PRODUCER_THREADS - 1) // PRODUCER_THREADS  # sequences per thread
+        sorted_flag = Int32(0)
+        if wanted != 0 and batch > 1 and batch <= self.batch_order:
+            sorted_flag = Int32(1)
+            # Key lengths into sPrefix (SeqlenInfo's precedence: seqused_k, else the cu_seqlens_k gap).
+            for i in cutlass.range_constexpr(per):
+                b = tidx + i * PRODUCER_THREADS
+                if b < batch:
+                    len_k = Int32(mCuSeqlensK[b + 1]) - Int32(mCuSeqlensK[b])
+                    if use_seqused_k != 0:
+                        len_k = Int32(mSeqUsedK[b])
+                    sPrefix[b] = len_k
+            cute.arch.barrier(barrier_id=ORDER_BARRIER_ID, number_of_threads=PRODUCER_THREADS)
+            rKey = cute.make_rmem_tensor(per, Int32)
+            rRank = cute.make_rmem_tensor(per, Int32)
+            for i in cutlass.range_constexpr(per):
+                rKey[i] = Int32(-1)
+                rRank[i] = Int32(0)
+                if tidx + i * PRODUCER_THREADS < batch:
+                    rKey[i] = sPrefix[tidx + i * PRODUCER_THREADS]
+            for j in cutlass.range(batch, unroll=4):
+                key_j = sPrefix[j]
+                for i in cutlass.range_constexpr(per):
+                    tie_before = Int32(key_j == rKey[i]) * Int32(j < tidx + i * PRODUCER_THREADS)
+                    rRank[i] = rRank[i] + Int32(key_j > rKey[i]) + tie_before
+            cute.arch.barrier(barrier_id=ORDER_BARRIER_ID, number_of_threads=PRODUCER_THREADS)
+            for i in cutlass.range_constexpr(per):
+                b = tidx + i * PRODUCER_THREADS
+                if b < batch:
+                    sOrder[rRank[i]] = cutlass.Int16(b)
+                    sPrefix[rRank[i] + 1] = Int32(mCuSeqlensQ[b + 1]) - Int32(mCuSeqlensQ[b])
+            if tidx == 0:
+                sPrefix[0] = Int32(mCuSeqlensQ[0])
+            cute.arch.barrier(barrier_id=ORDER_BARRIER_ID, number_of_threads=PRODUCER_THREADS)
+            if warp_idx == 0:  # inclusive prefix of sPrefix[0 .. B]
+                n = batch + 1
+                chunk = (n + 31) // 32
+                lo = tidx * chunk
+                hi = cutlass.min(lo + chunk, n)
+                total = Int32(0)
+                for i in cutlass.range(lo, hi):
+                    total = total + sPrefix[i]
+                incl = total
+                for k in cutlass.range_constexpr(5):
+                    up = cute.arch.shuffle_sync_up(incl, 1 << k)
+                    if tidx >= (1 << k):
+                        incl = incl + up
+                run = incl - total
+                for i in cutlass.range(lo, hi):
+                    run = run + sPrefix[i]
+                    sPrefix[i] = run
+                cute.arch.sync_warp()
+        return sorted_flag, sPrefix, sOrder
+
     @cute.jit
     def prefetch_lines(self, mArr: cute.Tensor):
         """One warp: prefetch the 128-byte lines of a small int32 array (the first 4096
@@ -809,12 +896,13 @@ class RaggedForwardSm90(MmaMainloops):
         seqlen, block_info, items, split); a whole warp decodes t together. items: `items_of`'s
         words, computed once here for the hand-over, the block range and the Q loads. seqlen and
         block_info are split `split`'s (its output rows, its share of the key blocks)."""
-        _, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k, row_mult = sched
+        _, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k, row_mult = sched[:13]
+        order = sched[13] if const_expr(len(sched) > 13) else None  # sort_batch's, with TileConfig.batch_order
         num_splits, total_q = splits
         unit, tile, batch_idx, has_rows, seqlen, split = decode_tile(
             t, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
             self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8), self.l2_kv_head_groups, num_splits,
-            row_mult,
+            row_mult, order,
         )  # fmt: skip
         if const_expr(not isinstance(num_splits, int)):  # the constant 1: no split
             seqlen = seqlen.for_split(split, total_q)
@@ -898,7 +986,7 @@ class RaggedForwardSm90(MmaMainloops):
     def unsplit_unpacked(self, sched, handoff, loads):
         """(sched, handoff, loads) of a launch without split-KV and without row packing, their
         num_splits and row_mult the trace-time constant 1 (the walks' fast copy, `producer_walk`)."""
-        sched_1 = None if sched is None else sched[:12] + (1,)
+        sched_1 = None if sched is None else sched[:12] + (1,) + sched[13:]
         handoff_1 = handoff[:4] + ((1, handoff[4][1]), 1)
         loads_1 = tuple(sched_1 if sched is not None and x is sched else x for x in loads)
         return sched_1, handoff_1, loads_1

@@ -23,12 +23,15 @@ COMPILED_ARGS = (
     "q", "k", "v", "out", "lse_flat", "cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
     "use_seqused_q", "use_seqused_k", "batch", "max_seqlen_q", "lse_s_max", "softmax_scale",
     "window_left", "window_right", "bottom_right", "lse_s_b", "lse_s_tok", "lse_s_row", "lse_s_h",
-    "lse_scale", "num_ctas", "tile_counter", "page_table", "num_splits", "pack_rows",
+    "lse_scale", "num_ctas", "tile_counter", "page_table", "num_splits", "pack_rows", "batch_order",
 )
 # num_splits: split-KV's run-time split count (1: none; kernels/sm90/split_kv.py).
 # pack_rows: != 0 lets a class with TileConfig.pack_rows pack GQA rows (tile_scheduler.py) in this
 # launch (it does where H_q > H_kv and the LSE is not padded); split_kv.choose_pack_rows decides.
-# A class with softcap or sinks (issue 14) takes two more, after pack_rows: sinks ((H_q,) float32,
+# batch_order: != 0 lets a class with TileConfig.batch_order deal the batch's sequences longest
+# first (tile_scheduler.py "Batch order"; it does for 2 to batch_order sequences);
+# split_kv.choose_batch_order decides.
+# A class with softcap or sinks (issue 14) takes two more, after batch_order: sinks ((H_q,) float32,
 # None for a class without sinks) and softcap (a float, ignored by a class without softcap). The
 # other classes' functions (and compiled objects) are unchanged.
 COMPILED_ARGS_EXT = COMPILED_ARGS + ("sinks", "softcap")
@@ -252,6 +255,7 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
         Int32(0), Int32(0), Int32(1), Int32(1), Int32(0), Float32(1.0),
         Int32(-1), Int32(-1), Int32(1),
         Int64(0), Int64(0), Int64(0), Int64(0), Float32(LN2), Int32(1), counter, page_table, Int32(1), Int32(0),
+        Int32(0),
     )  # fmt: skip
     if extended(layout_class):
         # (H_q,) float32 sinks: the same extent as q's heads (TVM-FFI checks it).
@@ -371,6 +375,7 @@ def launch_forward(
     split_compiled=None,
     pack_rows=None,
     max_seqlen_k=None,
+    batch_order=None,
 ):
     """Launch `compiled` on torch's current stream. The caller has checked everything.
 
@@ -414,6 +419,10 @@ def launch_forward(
     max_seqlen_k, keys, where given: its long-key rule needs it); True /
     False force it on / off (tests, benchmarks; on means "where it applies": H_q > H_kv, no padded
     LSE; a class without it ignores the flag).
+    batch_order: the batch order (tile_scheduler.py "Batch order") for a class that has it
+    (TileConfig.batch_order): None lets `split_kv.choose_batch_order` decide from host integers
+    (max_seqlen_k, keys, where given; without it the caller's order); True / False force it on / off
+    (tests, benchmarks; a class without it, or a batch past its cap, keeps the caller's order).
     fresh_outputs: out and lse were made for this call, so the merge may write their rows outside
     every sequence too (O = 0, LSE = -inf there); False: only the sequences' rows are written, as
     without splits.
@@ -458,6 +467,14 @@ def launch_forward(
 
         h_kv = k.shape[2] if page_table is not None else k.shape[1]
         pack_rows = choose_pack_rows(batch, q.shape[0], max_seqlen_q, q.shape[1], h_kv, 128, lse_s_max, max_seqlen_k)
+    num_ctas = sm_count(q.device)
+    if batch_order is None:
+        from .split_kv import choose_batch_order
+
+        h_kv = k.shape[2] if page_table is not None else k.shape[1]
+        batch_order = choose_batch_order(
+            batch, q.shape[0], max_seqlen_q, max_seqlen_k, q.shape[1], h_kv, num_ctas, 1 if pack_rows else 0, num_splits
+        )  # fmt: skip
     lse_flat = None
     if lse is not None:
         span = 1 + sum((n - 1) * s for n, s in zip(lse.shape, lse.stride()) if n > 0)
@@ -473,11 +490,12 @@ def launch_forward(
         int(window_left), int(window_right), 1 if bottom_right else 0,
         s_b, s_tok, s_row, s_h,
         1.0 if lse_base_is_log2 else LN2,
-        sm_count(q.device),
+        num_ctas,
         tile_counter(q),
         page_table,
         1,
         1 if pack_rows else 0,
+        1 if batch_order else 0,
         *((sinks, float(softcap)) if extended else ()),
     )  # fmt: skip
     if num_splits == 1:

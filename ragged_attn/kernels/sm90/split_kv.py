@@ -104,6 +104,37 @@ def choose_pack_rows(
     return int(long_keys and packed * den <= unpacked * num)
 
 
+# The batch order's rule (TileConfig.batch_order: a launch's sequences dealt longest first by key
+# length), H200, session 14 (docs/benchmarks/2026-12-04-h200-issue10-session14): it pays where tiles
+# of unequal cost outnumber the CTAs (vLLM's decode rows 1176 -> 1046 us, its mixed batch with the
+# chunks first 1814 -> 1678, decode rows first 1694 -> 1679, the chunks alone 672 -> 660), and its
+# prologue (the lengths read, ranked and summed in each CTA before the first tile) costs ~2 us a
+# launch, 4-6% of short uniform batches (4 x 512 d128 0.0304 -> 0.0323 ms, 64 x 128 0.0546 ->
+# 0.0568, 16 x 256 0.0385 -> 0.0402) where no order helps; mixed14 within +-0.6%. So: two or more
+# sequences, more tiles than CTAs (as launched: row packing and splits counted), and at least
+# BATCH_ORDER_KEYS keys in the longest sequence (a launch of a few waves over long keys runs ~0.1 ms
+# and more, where 2 us is 1-2%; between 2,048 and 4,096 keys: unmeasured).
+BATCH_ORDER_KEYS = 4096
+
+
+@functools.lru_cache(maxsize=256)
+def choose_batch_order(
+    batch: int, total_q: int, max_seqlen_q: int, max_seqlen_k: int | None, h_q: int, h_kv: int, num_ctas: int,
+    pack_rows: int = 0, num_splits: int = 1, tile_m: int = 128,
+) -> int:  # fmt: skip
+    """1 where a launch of a class with the batch order (TileConfig.batch_order) should deal its
+    sequences longest first, else 0, from host integers only (no device read): at least two
+    sequences, max_seqlen_k (keys of the longest sequence; None: not known, the caller's order) at
+    least BATCH_ORDER_KEYS, and more tiles than num_ctas (one tile per CTA needs no order): the
+    launch's `unsplit_tiles` (unpacked, or row-packed where pack_rows) times num_splits (GQA block
+    packing is not counted: it packs the 192-row classes' short rows, never over long keys alone).
+    Cached (a call's integers repeat)."""
+    if batch < 2 or max_seqlen_k is None or max_seqlen_k < BATCH_ORDER_KEYS or h_kv <= 0 or h_q % h_kv:
+        return 0
+    tiles = unsplit_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m, False, pack_rows) * num_splits
+    return int(tiles > num_ctas)
+
+
 def unsplit_tiles(
     batch: int, total_q: int, max_seqlen_q: int, h_q: int, h_kv: int, tile_m: int, pack_gqa: bool,
     pack_rows: int = 0,
@@ -112,7 +143,7 @@ def unsplit_tiles(
     lse_s_max 0), from host integers: per-sequence slots or packed by cu_seqlens_q, whichever is
     fewer; with GQA packing where the class packs and it saves PACK_MIN_SAVING of the tiles; with
     row packing (pack_rows: the launch packs rows, `choose_pack_rows`) `row_packed_tiles`."""
-    from .tile_scheduler import PACK_MIN_SAVING, ROW_BLOCK, slot_slack  # the DSL, imported on first use
+    from .slot_math import PACK_MIN_SAVING, ROW_BLOCK, slot_slack  # no DSL: the launch path needs none
 
     if pack_rows and h_kv > 0 and h_q > h_kv:
         return row_packed_tiles(batch, total_q, max_seqlen_q, h_q, h_kv, tile_m)

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 SMEM_CAPACITY = 232448  # bytes of dynamic smem per CTA on sm_90 (227 KiB)
 _TILE_STAGES = 2  # forward.TILE_STAGES; the decoded tiles' slots of `tile_words` int32 words each
 _ALIGN = 1024  # every smem operand buffer starts on a 1024-byte boundary (128-byte swizzle)
+# Batches of up to this many sequences are dealt longest first (TileConfig.batch_order; its 1540
+# bytes of smem fit in what the d128 / d192 / d256 classes leave, 2048).
+BATCH_ORDER = 256
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,11 @@ class TileConfig:
     # as FA3's (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp) and FA4's sm90 paged paths and CUTLASS's
     # PipelineCpAsync consumers run; a measurement variant (its cost per block), not shipped off.
     paged_consumer_fence: bool = True
+    # Batch order (tile_scheduler.py "Batch order"): a launch of 2 to batch_order sequences deals them
+    # longest first, sorted by key length in each CTA's prologue (the producer warpgroup ranks the
+    # key lengths in smem: 4 (batch_order + 1) + 2 batch_order bytes), FA3's LPT order of varlen
+    # batches without its prepare kernel; larger batches, and 0, keep the caller's order.
+    batch_order: int = 0
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -135,6 +143,8 @@ class TileConfig:
             raise ValueError("TileConfig.page_tma_rows: needs page_tma (the boxes it issues)")
         if self.producer_regs and (self.producer_regs % 8 or not 24 <= self.producer_regs <= 256):
             raise ValueError(f"TileConfig.producer_regs: expected 0 or a multiple of 8 in [24, 256], got {self.producer_regs}")
+        if self.batch_order and not 2 <= self.batch_order <= 1024:
+            raise ValueError(f"TileConfig.batch_order: expected 0 or a sequence count in [2, 1024], got {self.batch_order}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
@@ -151,13 +161,17 @@ def tile_words(cfg: TileConfig) -> int:
 
 def smem_bytes(cfg: TileConfig, d_qk: int, d_v: int, o_separate: bool, elem_bytes: int = 2) -> int:
     """Shared memory the kernel allocates: barriers (full and empty per stage of the Q, K, V and tile
-    pipelines) and the decoded tiles' slots, then Q stages, K stages, V stages (and O) buffers."""
+    pipelines) and the decoded tiles' slots, then Q stages, K stages, V stages (and O) buffers, then
+    the batch order's arrays (TileConfig.batch_order)."""
     total = 8 * 2 * (cfg.q_stages + 2 * cfg.num_stages + _TILE_STAGES) + 4 * tile_words(cfg) * _TILE_STAGES
     bufs = [cfg.q_stages * cfg.tile_m * d_qk, cfg.num_stages * cfg.tile_n * d_qk, cfg.num_stages * cfg.tile_n * d_v]
     if o_separate:
         bufs.append((64 if cfg.o_turns else cfg.tile_m) * d_v)
     for elems in bufs:
         total = _round_up(total, _ALIGN) + elems * elem_bytes
+    if cfg.batch_order:  # the sorted q-row prefix (int32, B + 1) and the order (int16, B)
+        # (the struct's size rounds up to its 1024-byte alignment)
+        total = _round_up(_round_up(total, 4) + 4 * (cfg.batch_order + 1) + 2 * cfg.batch_order, _ALIGN)
     return total
 
 
@@ -343,9 +357,15 @@ def tile_config(layout_class) -> TileConfig:
     0.934 | 0.962 at page 64 (no better).
     """
     cfg = _tiles(layout_class)
+    d_qk, d_v = layout_class.d_qk, layout_class.d_v
     two_q = dataclasses.replace(cfg, q_stages=2)
-    if smem_bytes(two_q, layout_class.d_qk, layout_class.d_v, o_separate=True) <= SMEM_CAPACITY:
-        return two_q
+    if smem_bytes(two_q, d_qk, d_v, o_separate=True) <= SMEM_CAPACITY:
+        cfg = two_q
+    # The batch order where its arrays fit beside the rest as they are (O keeps its buffer or not).
+    ordered = dataclasses.replace(cfg, batch_order=BATCH_ORDER)
+    alias = o_aliases_q(cfg, d_qk, d_v)
+    if o_aliases_q(ordered, d_qk, d_v) == alias and smem_bytes(ordered, d_qk, d_v, not alias) <= SMEM_CAPACITY:
+        cfg = ordered
     return cfg
 
 
@@ -380,7 +400,11 @@ def _tiles(layout_class) -> TileConfig:
         # GQA blocks). H200, session 13, d64 paged / ragged (ragged: 192 rows), page 16 | 64 | 128:
         # 1 x 8192 0.714 0.719 0.721 -> 0.821 0.825 0.830 (192 rows with the gather: 0.779 0.784,
         # 128-key boxes 0.831); longtail14 0.737 0.775 0.783 -> 0.766 0.801 0.806.
-        return TileConfig(192, 128, 3, pingpong=False, overlap=True, **boxes)
+        # producer_regs 32 (the MMA warpgroups 160): 0 spills, where the class's 56 / 152 spilled (36
+        # spill instructions). H200, session 14, page 16 | 64 | 128: 1 x 8192 0.821 0.824 0.831 ->
+        # 0.913 0.915 0.924; longtail14 0.755 0.791 0.796 -> 0.804 0.838 0.851; 64 x 128 0.705 0.762
+        # 0.770 -> 0.752 0.800 0.803.
+        return TileConfig(192, 128, 3, pingpong=False, overlap=True, producer_regs=32, **boxes)
     if d_qk <= 96:
         # No pack_rows: built into the d64 paged class it compiled without spills, but its unpacked
         # interior loop moved one uniform UMOV (440 instructions, the same waits; 2026-12-03), so the

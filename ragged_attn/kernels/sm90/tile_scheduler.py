@@ -44,6 +44,13 @@ Slot j < tiles_q of a sequence is its (j+1)-th tile from the end, so the costlie
 come first and the cheap first tiles form the tail (longest-first). Slots past a sequence's tiles
 hold nothing (packed) or only padded LSE rows (per sequence).
 
+Batch order (TileConfig.batch_order; a run-time choice per launch, split_kv.choose_batch_order):
+the sequences of the linear order are the batch's sorted by key length, longest first, ties in the
+caller's order (`batch_order_ref`), so the longest sequences' costliest tiles start first: position
+v of the order takes the place of b above (first(v) over the sorted q-row prefix, which
+forward.py `sort_batch` writes to smem in each CTA's prologue), and the decoded tile's batch_idx is
+the caller's index of position v. 2 to batch_order sequences; otherwise the caller's order.
+
 Long sequences (K/V of all query heads > L2_KV_BYTES) re-deal their (unit, slot) tiles in L2
 groups of query heads: G heads take all their tiles, G heads per slot, before the next G start
 (a partial last group allowed). G = L2_KV_BYTES / (one head's K/V bytes) query heads rounded down
@@ -61,22 +68,9 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
 from .seqlen_info import SeqlenInfo
+from .slot_math import PACK_MIN_SAVING, ROW_BLOCK, slot_slack  # noqa: F401 (re-exported)
 
 L2_KV_BYTES = 32 << 20  # K/V bytes of the heads grouped to share L2 (H100/H200: 50 MiB of L2)
-ROW_BLOCK = 64  # query rows of one MMA warpgroup: the unit of an item
-# GQA packing is taken at launch where it cuts the tiles to at most (1 - 1/10) of the unpacked
-# count: measured on an H200 (2026-12-02, tile_config.py), packing always lost 3-5% where it saved
-# few or no tiles (d64 4 x 512: 11 tiles per K/V head and sequence against 12; every d128 row).
-PACK_MIN_SAVING = (1, 10)
-
-
-def slot_slack(pack_r, num_wg: int):
-    """k of the packed order: first(b + 1) - first(b) >= tiles of sequence b. With len_q = 64 a + r,
-    tiles = ceil(pack_r * ceil(len_q / 64) / W) <= ceil(pack_r * a / W + pack_r / W), and
-    floor(pack_r * cu[b + 1] / tile_m) - floor(pack_r * cu[b] / tile_m) >= floor(pack_r * a / W);
-    the fraction pack_r * a / W drops is at most (W - 1) / W, so k = ceil((pack_r + W - 1) / W)
-    covers the rest (k = 1 for pack_r = 1). Works on Python ints and device Int32 alike."""
-    return (pack_r + 2 * num_wg - 2) // num_wg
 
 
 @cute.jit
@@ -110,16 +104,21 @@ def first_slot(cu_q: Int32, b: Int32, pack_r: Int32, tile_m: cutlass.Constexpr[i
 
 @cute.jit
 def sequence_of_slot_warp(
-    mCuSeqlensQ: cute.Tensor, slot: Int64, pack_r: Int32, tile_m: cutlass.Constexpr[int], row_mult: Int32 = 1
+    mCuSeqlensQ: cute.Tensor, slot: Int64, pack_r: Int32, tile_m: cutlass.Constexpr[int], row_mult: Int32 = 1,
+    batch=None,
 ) -> Int32:  # fmt: skip
     """The last b in [0, B - 1] whose first packed slot first(b) is <= slot (0 when none is),
     found by the 32 lanes of a warp together, every lane returning it. Each round probes 32
     evenly spaced positions of [lo, hi] at once (one load each) and keeps the gap between the last
     that passes and the first that fails: B <= 33 sequences take one round, B <= 1057 two. The
-    first slots increase with b, so the passing probes are a prefix of the lanes."""
+    first slots increase with b, so the passing probes are a prefix of the lanes. mCuSeqlensQ: the
+    q-row prefix (cu_seqlens_q, or the batch order's sorted prefix in smem with `batch` = B; None:
+    B is its length - 1)."""
     lane = Int32(cute.arch.lane_idx())
     lo = Int32(0)
     hi = cute.size(mCuSeqlensQ.shape[0]) - 2
+    if const_expr(batch is not None):
+        hi = batch - 1
     while lo < hi:
         step = (hi - lo + 31) // 32
         probe = cutlass.min(lo + (lane + 1) * step, hi)
@@ -248,12 +247,15 @@ def decode_tile(
     kv_head_groups: cutlass.Constexpr[bool] = False,  # L2 groups counted in K/V heads (`l2_group`)
     num_splits: Int32 = 1,  # split-KV splits per (unit, slot): the fastest digit of t
     row_mult: Int32 = 1,  # row packing: g = H_q / H_kv packed rows per token (pack_r 1); else 1
+    order=None,  # TileConfig.batch_order: (sorted, sPrefix, sOrder) of `sort_batch`; None: the caller's order
 ):
     """(unit, tile, batch_idx, has_rows, seqlen, split) of linear tile index t (see the module);
     has_rows == 0: nothing to compute (at most padded LSE rows past len_q to fill); split: which of
     the tile's num_splits key-block shares (0 without split-KV). A whole warp calls it with the same
     t: the 32 lanes find the sequence together (`sequence_of_slot_warp`), one load latency per 32x
-    narrowing instead of one per halving."""
+    narrowing instead of one per halving. With `order` and its sorted flag set, the order's
+    position v takes the place of b in the linear order (the sorted q-row prefix in smem stands
+    for cu_seqlens_q) and batch_idx = sOrder[v]."""
     num_wg = tile_m // ROW_BLOCK
     split = Int32(0)
     t_unsplit = t
@@ -267,9 +269,21 @@ def decode_tile(
     slot = Int32(0)
     if packed != 0:
         # The last sequence whose first slot is <= slot (0 when there is none).
-        lo = sequence_of_slot_warp(mCuSeqlensQ, slot_lin, pack_r, tile_m, row_mult)
-        batch_idx = lo
-        rel = slot_lin - first_slot(Int32(mCuSeqlensQ[lo]), lo, pack_r, tile_m, row_mult)  # may be < 0: no tile
+        if const_expr(order is None):
+            lo = sequence_of_slot_warp(mCuSeqlensQ, slot_lin, pack_r, tile_m, row_mult)
+            batch_idx = lo
+            rel = slot_lin - first_slot(Int32(mCuSeqlensQ[lo]), lo, pack_r, tile_m, row_mult)  # may be < 0: no tile
+        else:
+            sorted_flag, sPrefix, sOrder = order
+            rel = Int64(0)
+            if sorted_flag != 0:
+                v = sequence_of_slot_warp(sPrefix, slot_lin, pack_r, tile_m, row_mult, cute.size(mCuSeqlensQ.shape[0]) - 1)
+                batch_idx = Int32(sOrder[v])
+                rel = slot_lin - first_slot(Int32(sPrefix[v]), v, pack_r, tile_m, row_mult)
+            else:
+                lo = sequence_of_slot_warp(mCuSeqlensQ, slot_lin, pack_r, tile_m, row_mult)
+                batch_idx = lo
+                rel = slot_lin - first_slot(Int32(mCuSeqlensQ[lo]), lo, pack_r, tile_m, row_mult)
         slot = Int32(rel)
         if rel < Int64(0):
             has_slot = Int32(0)
@@ -277,6 +291,9 @@ def decode_tile(
     else:
         batch_idx = Int32(slot_lin // Int64(tiles_max))
         slot = Int32(slot_lin - Int64(batch_idx) * Int64(tiles_max))
+        if const_expr(order is not None):
+            if order[0] != 0:
+                batch_idx = Int32(order[2][batch_idx])
     seqlen = SeqlenInfo.create(batch_idx, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k)
     row_blocks = (seqlen.len_q * row_mult + (ROW_BLOCK - 1)) // ROW_BLOCK
     tiles_q = (pack_r * row_blocks + (num_wg - 1)) // num_wg
@@ -359,33 +376,45 @@ def row_mult_ref(num_heads, num_heads_kv, pack_rows, lse_s_max=0):
     return g if pack_rows and g > 1 and lse_s_max == 0 else 1
 
 
+def batch_order_ref(lens_k, batch_order: int):
+    """Pure-Python twin of the kernel's batch order (forward.py `sort_batch`): the sequences by key
+    length, longest first, ties in the caller's order (a stable sort), for a batch of 2 to
+    batch_order sequences; None (the caller's order) otherwise."""
+    if not batch_order or not 2 <= len(lens_k) <= batch_order:
+        return None
+    return sorted(range(len(lens_k)), key=lambda b: -lens_k[b])
+
+
 def decode_tile_ref(
     t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False,
-    num_splits=1, pack_rows=False,
+    num_splits=1, pack_rows=False, batch_order=0,
 ):  # fmt: skip
     """Pure-Python twin of `decode_tile` (with the launch's counts): (unit, tile, batch_idx,
     has_rows, pack_r, split), for tests. With row packing (pack_rows; `row_mult_ref` > 1) tile is
-    the unit's tile of tile_m packed rows (module docstring)."""
+    the unit's tile of tile_m packed rows (module docstring). batch_order: TileConfig.batch_order
+    (`batch_order_ref`: the linear order's sequences sorted by key length)."""
     num_wg = tile_m // ROW_BLOCK
     num_units, pack_r, tiles_max, packed, _ = launch_schedule_ref(
         lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max, token_bytes, pack_rows=pack_rows
     )
     ratio = num_heads // num_heads_kv
     row_mult = row_mult_ref(num_heads, num_heads_kv, pack_rows, lse_s_max)
-    cu = [0]
-    for n in lens_q:
-        cu.append(cu[-1] + n)
+    order = batch_order_ref(lens_k, batch_order) or list(range(len(lens_q)))
+    cu = [0]  # the q-row prefix in the linear order's sequence order
+    for b in order:
+        cu.append(cu[-1] + lens_q[b])
     t, split = divmod(t, num_splits)
     unit_x, slot_lin = t % num_units, t // num_units
     has_slot = 1
     if packed:
-        firsts = [pack_r * row_mult * cu[b] // tile_m + b * slot_slack(pack_r, num_wg) for b in range(len(lens_q))]
-        b = max([i for i, f in enumerate(firsts) if f <= slot_lin], default=0)
-        slot = slot_lin - firsts[b]
+        firsts = [pack_r * row_mult * cu[v] // tile_m + v * slot_slack(pack_r, num_wg) for v in range(len(lens_q))]
+        v = max([i for i, f in enumerate(firsts) if f <= slot_lin], default=0)
+        slot = slot_lin - firsts[v]
         if slot < 0:
             has_slot, slot = 0, 0
     else:
-        b, slot = slot_lin // tiles_max, slot_lin % tiles_max
+        v, slot = slot_lin // tiles_max, slot_lin % tiles_max
+    b = order[v]
     tiles_q = -(-pack_r * -(-lens_q[b] * row_mult // ROW_BLOCK) // num_wg)
     unit = unit_x
     heads_counted = num_units * pack_r // (ratio if kv_head_groups else 1)
