@@ -462,16 +462,15 @@ def launch_forward(
             page_table = page_table.as_strided(page_table.shape, (page_table.stride(0), 1))
         if cu_seqlens_k is None:  # lengths come from seqused_k; any (B + 1,) int32 fills the slot
             cu_seqlens_k = cu_seqlens_q
+    h_kv = k.shape[2] if page_table is not None else k.shape[1]
     if pack_rows is None:  # the library's choice (a class without row packing ignores it)
         from .split_kv import choose_pack_rows
 
-        h_kv = k.shape[2] if page_table is not None else k.shape[1]
         pack_rows = choose_pack_rows(batch, q.shape[0], max_seqlen_q, q.shape[1], h_kv, 128, lse_s_max, max_seqlen_k)
     num_ctas = sm_count(q.device)
-    if batch_order is None:
+    if batch_order is None:  # the library's choice (a class without the batch order ignores it)
         from .split_kv import choose_batch_order
 
-        h_kv = k.shape[2] if page_table is not None else k.shape[1]
         batch_order = choose_batch_order(
             batch, q.shape[0], max_seqlen_q, max_seqlen_k, q.shape[1], h_kv, num_ctas, 1 if pack_rows else 0, num_splits
         )  # fmt: skip

@@ -134,6 +134,22 @@ def sequence_of_slot_warp(
 
 
 @cute.jit
+def sequence_and_offset(
+    mPrefix: cute.Tensor, slot_lin: Int64, pack_r: Int32, tile_m: cutlass.Constexpr[int], row_mult: Int32 = 1,
+    batch=None, sOrder=None,
+):  # fmt: skip
+    """(b, rel): the sequence whose packed slots hold slot_lin and slot_lin - first(v), which is < 0
+    where slot_lin lies before the sequence's first slot (no tile). v: its position in the q-row
+    prefix mPrefix (`sequence_of_slot_warp`): cu_seqlens_q, where b = v; or the batch order's sorted
+    prefix (with `batch` = B and sOrder), where b = sOrder[v]."""
+    v = sequence_of_slot_warp(mPrefix, slot_lin, pack_r, tile_m, row_mult, batch)
+    b = v
+    if const_expr(sOrder is not None):
+        b = Int32(sOrder[v])
+    return b, slot_lin - first_slot(Int32(mPrefix[v]), v, pack_r, tile_m, row_mult)
+
+
+@cute.jit
 def tile_item(unit: Int32, tile: Int32, w, pack_r: Int32, num_wg: cutlass.Constexpr[int]):
     """(row_block, head_idx) of warpgroup w's item in tile `tile` of `unit` (module docstring)."""
     row_block = tile * num_wg + w
@@ -270,20 +286,15 @@ def decode_tile(
     if packed != 0:
         # The last sequence whose first slot is <= slot (0 when there is none).
         if const_expr(order is None):
-            lo = sequence_of_slot_warp(mCuSeqlensQ, slot_lin, pack_r, tile_m, row_mult)
-            batch_idx = lo
-            rel = slot_lin - first_slot(Int32(mCuSeqlensQ[lo]), lo, pack_r, tile_m, row_mult)  # may be < 0: no tile
+            batch_idx, rel = sequence_and_offset(mCuSeqlensQ, slot_lin, pack_r, tile_m, row_mult)
         else:
             sorted_flag, sPrefix, sOrder = order
             rel = Int64(0)
             if sorted_flag != 0:
-                v = sequence_of_slot_warp(sPrefix, slot_lin, pack_r, tile_m, row_mult, cute.size(mCuSeqlensQ.shape[0]) - 1)
-                batch_idx = Int32(sOrder[v])
-                rel = slot_lin - first_slot(Int32(sPrefix[v]), v, pack_r, tile_m, row_mult)
+                batch = cute.size(mCuSeqlensQ.shape[0]) - 1
+                batch_idx, rel = sequence_and_offset(sPrefix, slot_lin, pack_r, tile_m, row_mult, batch, sOrder)
             else:
-                lo = sequence_of_slot_warp(mCuSeqlensQ, slot_lin, pack_r, tile_m, row_mult)
-                batch_idx = lo
-                rel = slot_lin - first_slot(Int32(mCuSeqlensQ[lo]), lo, pack_r, tile_m, row_mult)
+                batch_idx, rel = sequence_and_offset(mCuSeqlensQ, slot_lin, pack_r, tile_m, row_mult)
         slot = Int32(rel)
         if rel < Int64(0):
             has_slot = Int32(0)
