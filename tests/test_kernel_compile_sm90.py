@@ -247,15 +247,17 @@ def test_register_split_fits_what_the_launch_allocates(dims, kv, page_tma):
     assert k.mma_regs % 8 == 0 and k.producer_regs % 8 == 0 and k.mma_regs <= 240
 
 
-@pytest.mark.parametrize("box", [16, 64, (128, 64), "crossing", "rows", "one_warp"])
+@pytest.mark.parametrize("box", [16, 64, (128, 64), "crossing", "rows", "one_warp", "fence_gathered"])
 def test_paged_class_with_page_boxes_compiles_without_spills(box, capfd):
     """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather; a pair: page_tma and
     page_tma_small; "crossing": the class's boxes with page_box_crossing, the crossing block's whole
     runs by boxes too; "rows": with page_tma_rows, one instruction per box; "one_warp": warp 0 issues
-    every box, session 12's way): the producer warpgroup's 56 registers hold the box coordinates without spilling."""
+    every box, session 12's way; "fence_gathered": paged_fence_gathered_only, the MMA warpgroups' two
+    interior loops and per-stage fences): the producer warpgroup's 56 registers hold the box coordinates without spilling."""
     lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
     variants = {
-        "crossing": dict(page_box_crossing=True), "rows": dict(page_tma_rows=True), "one_warp": dict(page_box_warps=1)
+        "crossing": dict(page_box_crossing=True), "rows": dict(page_tma_rows=True), "one_warp": dict(page_box_warps=1),
+        "fence_gathered": dict(paged_fence_gathered_only=True),
     }
     if box in variants:  # the class's own boxes with a measurement variant on
         config = dataclasses.replace(tile_config(lc), **variants[box])
@@ -336,6 +338,44 @@ def test_unmasked_range_is_exactly_the_blocks_without_a_masked_element(seed):
             )
             assert clean == (n_lo <= nb < n_hi), (tm, tn, lq, lk, off, left, right, mb, nb, n_lo, n_hi)
             assert clean == (not needs_mask_ref(tm, tn, mb, nb, lk, off, left, right))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_fences_cover_exactly_the_gathered_stages(seed):
+    """TileConfig.paged_fence_gathered_only (mainloop.overlap_fences_ref, the overlapped mainloop's
+    waits): over random tiles, warpgroup block ranges (wg_skip's sub-ranges, split-KV's shares) and
+    masks, every K or V stage a GEMM reads was fenced after its wait exactly where the producer
+    gathered it (forward.box_block: the launch takes no boxes, or the block crosses len_k), so a
+    boxed launch's interior runs without a fence and no gathered stage reaches WGMMA unfenced;
+    with kv_boxed None every wait fences (the shipped classes)."""
+    from ragged_attn.kernels.sm90.mainloop import overlap_fences_ref
+
+    r = random.Random(500 + seed)
+    tm, tn = 128, 128
+    checked = 0
+    for _ in range(40):
+        lq, lk = r.randint(1, 700), r.randint(1, 1100)
+        off = r.choice([0, lk - lq])
+        left = r.choice([None, 0, 5, 200])
+        right = r.choice([None, 0, 3, 150])
+        for mb in range((lq + tm - 1) // tm):
+            n_min, n_max = block_range_ref(tm, tn, mb, lq, lk, off, left, right)
+            n_lo, n_hi = unmasked_range_ref(tm, tn, mb, lk, off, left, right)
+            for _ in range(3):
+                a = r.randint(n_min, max(n_min, n_max - 1))
+                b = r.randint(a + 1, max(a + 1, n_max))
+                if b > n_max:
+                    continue  # an empty range: mainloop_overlap needs a block
+                for boxed in (None, 0, 1):
+                    waits = overlap_fences_ref(a, b, n_lo, n_hi, lk, tn, boxed, left is not None, right is not None)
+                    for n in range(a, b):
+                        gathered = boxed != 1 or (n + 1) * tn > lk
+                        k = [f for s, m, f in waits if s == "K" and m == n]
+                        v = [f for s, m, f in waits if s.startswith("V") and m == n]
+                        assert len(k) == 1 and 1 <= len(v) <= 2, (waits, n)
+                        assert k[0] == gathered and any(v) == gathered, (lq, lk, off, left, right, mb, a, b, boxed, waits)
+                    checked += 1
+    assert checked > 100
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -226,6 +226,10 @@ class RaggedForwardSm90(MmaMainloops):
         # classes keep d / 64 instructions per box; a variant run over every class stays valid).
         self.page_tma_rows = config.page_tma_rows and paged and d_qk % 64 == 0 and d_v % 64 == 0
         self.paged_consumer_fence = config.paged_consumer_fence  # mainloop.kv_wait: fence cp.async-written stages
+        # mainloop.kv_wait: fence only the stages the gather wrote (TileConfig.paged_fence_gathered_only)
+        self.fence_gathered_only = (
+            config.paged_fence_gathered_only and paged and config.paged_consumer_fence and config.page_tma != 0
+        )
         self.batch_order = config.batch_order  # sort_batch: 2 .. batch_order sequences dealt longest first
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
@@ -802,10 +806,14 @@ class RaggedForwardSm90(MmaMainloops):
                     )  # fmt: skip
         else:
             cute.arch.setmaxregister_increase(self.mma_regs)
+            kv_boxed = None  # every paged stage wait fences
+            if const_expr(self.fence_gathered_only):
+                kv_boxed = Int32(self.box_kind(tma_K, tma_V) != 0)  # whole blocks come by TMA boxes
             self.mma(
                 tiled_mma_qk, tiled_mma_pv, gmem_tiled_copy_O, (tma_atom_O, tma_O), sQ, sK, sVt, sO, mO, mLSE,
                 pipe_q, pipe_k, pipe_v, mask_numbers, handoff,
                 scale_log2, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, mSinks, softcap_mult,
+                kv_boxed,
             )  # fmt: skip
 
     # ------------------------------------------------------------------ the persistent schedule
@@ -1437,30 +1445,7 @@ class RaggedForwardSm90(MmaMainloops):
             self.dtype, self.tile_n, self.d_qk, self.d_v, self.page_tma if self.page_tma else BOX_ROWS,
             self.page_box_warps, self.page_tma_rows,
         )  # fmt: skip
-        # Box loads need a page size that is a multiple of a box and pools as wide as the class.
-        box_ok = Int32(0)
-        if const_expr(self.page_tma):
-            box_ok = Int32(
-                (cute.size(mK.shape[1]) % self.page_tma == 0)
-                & (cute.size(mK.shape[3]) == self.d_qk)
-                & (cute.size(mV.shape[3]) == self.d_v)
-            )
-        rows_ok = Int32(1)
-        if const_expr(self.page_tma_rows):
-            # The rows view needs pages that are contiguous runs of rows (K and V).
-            ps = cute.size(mK.shape[1])
-            rows_ok = Int32(
-                (mK.layout.stride[0] == ps * mK.layout.stride[1]) & (mV.layout.stride[0] == ps * mV.layout.stride[1])
-            )
-            box_ok = box_ok * rows_ok
-        if const_expr(self.page_tma_small):
-            # 1: page_tma's boxes; 2: page_tma_small's (page sizes a multiple of it only); 0: gather.
-            small_ok = Int32(
-                (cute.size(mK.shape[1]) % self.page_tma_small == 0)
-                & (cute.size(mK.shape[3]) == self.d_qk)
-                & (cute.size(mV.shape[3]) == self.d_v)
-            )
-            box_ok = box_ok + (1 - box_ok) * small_ok * rows_ok * 2
+        box_ok = self.box_kind(mK, mV)
         n_block_min, n_block_max = block_info.n_block_range()
         n_blocks = n_block_max - n_block_min
         if n_blocks > 0:
@@ -1560,6 +1545,35 @@ class RaggedForwardSm90(MmaMainloops):
             cute.arch.cp_async_commit_group()
             pipe.producer_commit(kv_state)
 
+    @cute.jit
+    def box_kind(self, mK: cute.Tensor, mV: cute.Tensor) -> Int32:
+        """How this launch's pools bring the key blocks wholly inside len_k (the producer's
+        `box_block`, and the MMA warpgroups' fences with fence_gathered_only): 1 page_tma's boxes,
+        2 page_tma_small's, 0 the gather. Boxes need a page size that is a multiple of a box and
+        pools as wide as the class (page_tma_rows: pages that are contiguous runs of rows too)."""
+        box_ok = Int32(0)
+        if const_expr(self.page_tma):
+            box_ok = Int32(
+                (cute.size(mK.shape[1]) % self.page_tma == 0)
+                & (cute.size(mK.shape[3]) == self.d_qk)
+                & (cute.size(mV.shape[3]) == self.d_v)
+            )
+        rows_ok = Int32(1)
+        if const_expr(self.page_tma_rows):
+            ps = cute.size(mK.shape[1])
+            rows_ok = Int32(
+                (mK.layout.stride[0] == ps * mK.layout.stride[1]) & (mV.layout.stride[0] == ps * mV.layout.stride[1])
+            )
+            box_ok = box_ok * rows_ok
+        if const_expr(self.page_tma_small):
+            small_ok = Int32(
+                (cute.size(mK.shape[1]) % self.page_tma_small == 0)
+                & (cute.size(mK.shape[3]) == self.d_qk)
+                & (cute.size(mV.shape[3]) == self.d_v)
+            )
+            box_ok = box_ok + (1 - box_ok) * small_ok * rows_ok * 2
+        return box_ok
+
     def box_head(self, box_coords: cute.Tensor, head_kv: Int32) -> cute.Tensor:
         """One K/V head's box coordinates: (page_size, d, num_pages), or the rows view's (64, 8,
         d / 64, row groups) (page_tma_rows)."""
@@ -1632,6 +1646,7 @@ class RaggedForwardSm90(MmaMainloops):
         lse_scale: Float32,
         mSinks=None,  # sinks class: (H_q,) fp32
         softcap_mult=None,  # softcap class: softmax_scale / softcap
+        kv_boxed=None,  # fence_gathered_only: Int32 1 where whole key blocks come by TMA boxes
     ):
         """MMA warpgroups: `mma_tile` for each decoded tile the producer warp hands over, until one
         with go = 0 (tiles without query rows never come: the producer fills their padded LSE)."""
@@ -1674,7 +1689,7 @@ class RaggedForwardSm90(MmaMainloops):
 
         run_args = (
             tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, handoff[3],
-            handoff[5],
+            handoff[5], kv_boxed,
         )  # fmt: skip
         if const_expr(self.softcap or self.sinks):
             run_args = run_args + (mSinks, softcap_mult)
@@ -1705,9 +1720,10 @@ class RaggedForwardSm90(MmaMainloops):
         tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, pack_r = (
             run_args[:11]
         )  # fmt: skip
+        kv_boxed = run_args[12]
         mSinks, softcap_mult = None, None
         if const_expr(self.softcap or self.sinks):
-            mSinks, softcap_mult = run_args[12:]
+            mSinks, softcap_mult = run_args[13:]
         if const_expr(item is None):
             row_block, head_idx = tile_item(unit, tile, wg_idx, pack_r, self.num_mma_warpgroups)
         else:
@@ -1736,6 +1752,7 @@ class RaggedForwardSm90(MmaMainloops):
         kv_state = self.tile_mainloop(
             tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
             pipe_k, pipe_v, block_info, seqlen.len_q, row0, wg_idx, mask_args, kv_state, q_release, row_mult,
+            kv_boxed,
         )  # fmt: skip
         if const_expr(not self.o_aliases_q and not self.early_q_release):
             pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done

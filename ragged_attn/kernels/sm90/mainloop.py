@@ -15,7 +15,7 @@ Contract rules (tests/gpu/test_kernel_sm90.py: the idle_warpgroups_* and window 
    may wait for block i + 2, whose stage needs those releases first.
 
 Attributes the mixin reads (set by RaggedForwardSm90.__init__): dtype, paged, pingpong, overlap,
-turn_first_gemm, wg_skip, num_mma_warpgroups, paged_consumer_fence.
+turn_first_gemm, wg_skip, num_mma_warpgroups, paged_consumer_fence, fence_gathered_only, tile_n.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class MmaMainloops:
     def tile_mainloop(
         self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
         pipe_k, pipe_v, block_info, len_q: Int32, row0: Int32, wg_idx: Int32, mask_args, kv_state,
-        q_release=None, row_mult=None,
+        q_release=None, row_mult=None, kv_boxed=None,
     ):
         """One MMA warpgroup's key blocks of a tile: the mainloop over the blocks its own 64 rows
         see and, for the others, `mainloop_idle`, so that every warpgroup releases every K/V stage
@@ -47,7 +47,9 @@ class MmaMainloops:
         releases Q as soon as its last S GEMM is done, or at once when it computes no block, so
         the producer loads the next tile's Q under this tile's last softmax, P V and epilogue;
         None: the caller releases Q after the mainloop. row0: the sequence row of tile row 0 for this
-        warpgroup (its own 64 rows are row0 + 64 wg_idx ..; tile_scheduler.py's items)."""
+        warpgroup (its own 64 rows are row0 + 64 wg_idx ..; tile_scheduler.py's items). kv_boxed:
+        None (every paged stage wait fences), or with fence_gathered_only Int32 1 where the launch's
+        whole key blocks come by TMA boxes (`kv_wait`)."""
         n_block_min, n_block_max = block_info.n_block_range()
         # A warpgroup whose 64 rows all lie past len_q (a sequence's partial last tile) only
         # keeps step: it releases each K/V stage and passes its turns, issuing no GEMM.
@@ -83,6 +85,7 @@ class MmaMainloops:
                     kv_state = self.mainloop_overlap(
                         tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
                         pipe_k, pipe_v, block_info, wg_min, wg_max, wg_idx, mask_args, kv_state, q_release,
+                        kv_boxed,
                     )  # fmt: skip
                 rest = wg_min - n_block_min
                 if rest > 0:
@@ -96,6 +99,7 @@ class MmaMainloops:
                     kv_state = self.mainloop_overlap(
                         tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
                         pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state,
+                        None, kv_boxed,
                     )  # fmt: skip
                 else:
                     turns = n_block_max - n_block_min - 1
@@ -146,10 +150,11 @@ class MmaMainloops:
         """A warpgroup without rows in this tile: wait for and release each of the tile's K/V
         stages (every MMA warp releases every stage) and take and pass as many ping-pong turns as
         the mainloop of its siblings does, one after each block; O stays 0, the softmax state empty."""
+        fence = not self.fence_gathered_only  # no GEMM of this warpgroup reads the stages
         for i in cutlass.range(n_blocks, unroll=1):
-            self.kv_wait(pipe_k, kv_state)
+            self.kv_wait(pipe_k, kv_state, fence)
             pipe_k.consumer_release(kv_state)
-            self.kv_wait(pipe_v, kv_state)
+            self.kv_wait(pipe_v, kv_state, fence)
             pipe_v.consumer_release(kv_state)
             kv_state.advance()
             # Turn i after block i's stages: a sibling's turn i needs K(i) and, with 2 stages,
@@ -193,14 +198,19 @@ class MmaMainloops:
     def mainloop_overlap(
         self, tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
         pipe_k, pipe_v, block_info, n_block_min, n_block_max, wg_idx, mask_args, kv_state, q_release=None,
+        kv_boxed=None,
     ):
         """Intra-warpgroup overlap: the softmax of block n runs while O += P V of block n + 1 is
         on the tensor cores. Prologue: S and P of the first block; each step issues S of the next
         block and P V of the previous one, softmaxes the new S under the PV GEMM; epilogue: last PV.
         Needs n_block_max > n_block_min. Scheduling barriers bracket each step's GEMM issue
         (n - 1 waits and passes per warpgroup). Returns the K/V state of the next tile's first block.
-        q_release = (pipe_q, q_state): Q is released once the last S GEMM (block n_block_min) is done."""
-        self.kv_wait(pipe_k, kv_state)
+        q_release = (pipe_q, q_state): Q is released once the last S GEMM (block n_block_min) is done.
+        kv_boxed (fence_gathered_only): each wait fences only a gathered stage (`stage_gathered`); the
+        interior loop, whose blocks lie inside len_k, is traced twice: without fences (the launch's
+        whole blocks come by boxes) and with them."""
+        len_k = mask_args[5]
+        self.kv_wait(pipe_k, kv_state, self.stage_gathered(kv_boxed, n_block_max - 1, len_k))
         acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
         if const_expr(self.turn_first_gemm):
             self.sched_wait(wg_idx)
@@ -228,21 +238,34 @@ class MmaMainloops:
             lo_end = cutlass.min(cutlass.max(n_lo, n_block_min), hi_end)
         step_args = (
             tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-            pipe_k, pipe_v, block_info, n_block_min, wg_idx, mask_args, q_release,
+            pipe_k, pipe_v, block_info, n_block_min, wg_idx, mask_args, q_release, kv_boxed,
         )  # fmt: skip
         if const_expr(self.has_right):
             kv_state = self.overlap_steps(step_args, n_block_max - 1, hi_end, kv_state, True)
-        kv_state = self.overlap_steps(step_args, hi_end, lo_end, kv_state, False)
+        if const_expr(kv_boxed is None):
+            kv_state = self.overlap_steps(step_args, hi_end, lo_end, kv_state, False)
+        else:
+            if kv_boxed != 0:
+                # The interior's first step waits for block hi_end's V (the block before it): the
+                # one stage of the loop that may have been gathered (hi_end crossing len_k).
+                if hi_end > lo_end:
+                    if (hi_end + 1) * self.tile_n > len_k:
+                        self.kv_wait(pipe_v, kv_state)
+                kv_state = self.overlap_steps(step_args, hi_end, lo_end, kv_state, False, False)
+            else:
+                kv_state = self.overlap_steps(step_args, hi_end, lo_end, kv_state, False, True)
         if const_expr(self.has_left):
             kv_state = self.overlap_steps(step_args, lo_end, n_block_min, kv_state, True)
-        self.kv_wait(pipe_v, kv_state)
+        self.kv_wait(pipe_v, kv_state, self.stage_gathered(kv_boxed, n_block_min, len_k))
         self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, kv_state.index], True)
         pipe_v.consumer_release(kv_state)
         kv_state.advance()
         return kv_state
 
     @cute.jit
-    def overlap_steps(self, step_args, end: Int32, begin: Int32, kv_state, masked: cutlass.Constexpr[bool]):
+    def overlap_steps(
+        self, step_args, end: Int32, begin: Int32, kv_state, masked: cutlass.Constexpr[bool], fence=None
+    ):  # fmt: skip
         """`overlap_step` for key blocks end - 1 down to begin (none when end <= begin). The step
         whose block end - 1 - i is n_block_min releases Q (q_release): i == end - 1 - n_block_min,
         a loop invariant (no step where the loop ends above n_block_min). Compared per step as
@@ -252,34 +275,46 @@ class MmaMainloops:
         invariant the loop has main's instruction mix and P V wait placement (no split-KV there:
         n_block_min a trace-time 0). Classes with a left bound, whose n_block_min is run time
         without split-KV too, keep the per-step test (their loops stay main's exactly; the
-        invariant would change them: d128 window 505 -> 501, wait 233 -> 286, unmeasured)."""
+        invariant would change them: d128 window 505 -> 501, wait 233 -> 286, unmeasured).
+        fence (kv_boxed given): a bool for every wait of the loop (the interior's two copies),
+        None: per stage (`stage_gathered` of block n_block's K and block n_block + 1's V)."""
         n_block_min = step_args[12]  # overlap_step's step_args
+        kv_boxed, len_k = step_args[16], step_args[14][5]
         release_i = end - 1 - n_block_min
         for i in cutlass.range(end - begin, unroll=1):
             n_block = end - 1 - i
             release_q = i == release_i
             if const_expr(self.has_left or not step_args[11].split):
                 release_q = n_block == n_block_min
-            kv_state = self.overlap_step(step_args, n_block, kv_state, masked, release_q)
+            fence_k, fence_v = True, True
+            if const_expr(fence is not None):
+                fence_k, fence_v = fence, fence
+            elif const_expr(kv_boxed is not None):
+                fence_k = self.stage_gathered(kv_boxed, n_block, len_k)
+                fence_v = self.stage_gathered(kv_boxed, n_block + 1, len_k)
+            kv_state = self.overlap_step(step_args, n_block, kv_state, masked, release_q, fence_k, fence_v)
         return kv_state
 
     @cute.jit
-    def overlap_step(self, step_args, n_block: Int32, kv_state, masked: cutlass.Constexpr[bool], release_q):
+    def overlap_step(
+        self, step_args, n_block: Int32, kv_state, masked: cutlass.Constexpr[bool], release_q, fence_k=True, fence_v=True
+    ):  # fmt: skip
         """One step of `mainloop_overlap`: issue S of block n_block and P V of the block before it,
         softmax the new S under the P V GEMM. kv_state: the previous block's stages on entry, this
         block's on return. masked=False: block n_block needs no mask (BlockInfo.unmasked_range).
-        release_q: n_block is n_block_min (`overlap_steps`), where q_release releases Q."""
+        release_q: n_block is n_block_min (`overlap_steps`), where q_release releases Q. fence_k,
+        fence_v: `kv_wait`'s fence for the K and V waits."""
         (
             tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, softmax,
-            pipe_k, pipe_v, block_info, n_block_min, wg_idx, mask_args, q_release,
+            pipe_k, pipe_v, block_info, n_block_min, wg_idx, mask_args, q_release, _,
         ) = step_args  # fmt: skip
         v_state = kv_state.clone()
         kv_state.advance()
-        self.kv_wait(pipe_k, kv_state)
+        self.kv_wait(pipe_k, kv_state, fence_k)
         self.sched_wait(wg_idx)
         acc_S = cute.make_rmem_tensor(acc_S_shape, Float32)
         self.gemm(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, kv_state.index], False, wait=False)
-        self.kv_wait(pipe_v, v_state)
+        self.kv_wait(pipe_v, v_state, fence_v)
         self.gemm(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_state.index], True, wait=False)
         self.sched_pass(wg_idx)
         warpgroup.wait_group(1)  # S done, PV may still run
@@ -295,12 +330,28 @@ class MmaMainloops:
         return kv_state
 
     @cute.jit
-    def kv_wait(self, pipe, state):
-        """Wait for a K or V stage. Paged stages are written by cp.async (generic proxy): fence
-        them into the async proxy before WGMMA reads them."""
+    def kv_wait(self, pipe, state, fence=True):
+        """Wait for a K or V stage. Paged stages the gather wrote (cp.async: generic proxy) are
+        fenced into the async proxy before WGMMA reads them; those TMA boxes wrote need no fence
+        (async proxy, completed on the stage barrier), as the ragged class's. fence: True or False
+        (trace time), or a run-time Boolean (`stage_gathered`); it counts only in paged classes."""
         pipe.consumer_wait(state)
         if const_expr(self.paged and self.paged_consumer_fence):
-            cute.arch.fence_view_async_shared()
+            if const_expr(isinstance(fence, bool)):
+                if const_expr(fence):
+                    cute.arch.fence_view_async_shared()
+            else:
+                if fence:
+                    cute.arch.fence_view_async_shared()
+
+    @cute.jit
+    def stage_gathered(self, kv_boxed, n_block: Int32, len_k: Int32):
+        """Whether the gather wrote key block n_block's stages (forward.box_block's complement):
+        True (trace time) without kv_boxed; else the launch's pools take no boxes or the block
+        crosses len_k."""
+        if const_expr(kv_boxed is None):
+            return True
+        return (kv_boxed == 0) | ((n_block + 1) * self.tile_n > len_k)
 
     @cute.jit
     def gemm(
@@ -340,3 +391,36 @@ class MmaMainloops:
             if nxt == self.num_mma_warpgroups:
                 nxt = Int32(0)
             cute.arch.barrier_arrive(barrier_id=SCHED_BARRIER_BASE + nxt, number_of_threads=256)
+
+
+def overlap_fences_ref(n_min, n_max, n_lo, n_hi, len_k, tile_n, kv_boxed, has_left, has_right):
+    """Pure-Python twin of `MmaMainloops.mainloop_overlap`'s stage waits and their fences, for
+    tests: [(stage, n_block, fenced)] in the order the warpgroup waits, stage "K" or "V" (a wait
+    before a GEMM reads it) or "V early" (the wait before the interior loop, fence_gathered_only);
+    kv_boxed None (every wait fences), 0 or 1 as the kernel's. Blocks [n_min, n_max), the
+    warpgroup's; (n_lo, n_hi): `BlockInfo.unmasked_range` of the tile."""
+
+    def gathered(n):
+        return kv_boxed is None or kv_boxed == 0 or (n + 1) * tile_n > len_k
+
+    waits = [("K", n_max - 1, gathered(n_max - 1))]
+    hi_end = max(min(n_hi, n_max - 1), n_min) if has_right else n_max - 1
+    lo_end = min(max(n_lo, n_min), hi_end) if has_left else n_min
+
+    def steps(end, begin, fence):
+        for n in range(end - 1, begin - 1, -1):
+            fence_k, fence_v = (fence, fence) if fence is not None else (gathered(n), gathered(n + 1))
+            waits.extend([("K", n, fence_k), ("V", n + 1, fence_v)])
+
+    if has_right:
+        steps(n_max - 1, hi_end, None)
+    if kv_boxed is None or kv_boxed == 0:
+        steps(hi_end, lo_end, True)
+    else:
+        if hi_end > lo_end and (hi_end + 1) * tile_n > len_k:
+            waits.append(("V early", hi_end, True))
+        steps(hi_end, lo_end, False)
+    if has_left:
+        steps(lo_end, n_min, None)
+    waits.append(("V", n_min, gathered(n_min)))
+    return waits

@@ -111,6 +111,14 @@ class TileConfig:
     # as FA3's (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp) and FA4's sm90 paged paths and CUTLASS's
     # PipelineCpAsync consumers run; a measurement variant (its cost per block), not shipped off.
     paged_consumer_fence: bool = True
+    # Paged classes with paged_consumer_fence: fence only the stages the cp.async gather wrote (the
+    # block crossing len_k; every block of a launch whose pool takes no boxes), not those TMA boxes
+    # wrote (async proxy writes completing on the stage barrier, as the ragged class's stages: no
+    # fence there), and none in an idle warpgroup's waits (it issues no GEMM). The interior loop runs
+    # without a fence where the launch's pool takes boxes (its blocks are inside len_k), with one
+    # where it does not. Off: every paged stage wait fences. A measurement variant (unmeasured; the
+    # fence cost ~1% in sessions 11-12: no fence at all 0.885 -> 0.897 of ragged on 1 x 8192).
+    paged_fence_gathered_only: bool = False
     # Batch order (tile_scheduler.py "Batch order"): a launch of 2 to batch_order sequences deals them
     # longest first, sorted by key length in each CTA's prologue (the producer warpgroup ranks the
     # key lengths in smem: 4 (batch_order + 1) + 2 batch_order bytes), FA3's LPT order of varlen
