@@ -170,7 +170,11 @@ def _softmax_scale(softmax_scale, d_qk: int) -> float:
         softmax_scale, numbers.Real
     ):
         raise TypeError(f"softmax_scale: expected a Python float or None, got {type(softmax_scale).__name__}")
-    if not math.isfinite(softmax_scale) or softmax_scale <= 0:
+    try:
+        finite = math.isfinite(softmax_scale)
+    except OverflowError:  # an int beyond float range (math.isfinite converts it to a float)
+        finite = False
+    if not finite or softmax_scale <= 0:
         raise ValueError(f"softmax_scale: expected a finite positive float, got {softmax_scale!r}")
     if softmax_scale > MAX_SOFTMAX_SCALE:
         raise ValueError(

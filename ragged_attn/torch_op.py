@@ -29,7 +29,15 @@ from typing import Optional
 
 import torch
 
-from .problem import LSE_LAYOUTS, check_softcap
+from . import _checks as chk
+from .problem import (
+    _MAX_SEQLEN_IS_TENSOR,
+    LSE_LAYOUTS,
+    _normalise_causal,
+    _normalise_window,
+    _softmax_scale,
+    check_softcap,
+)
 
 _CAUSAL = {"none": False, "bottom_right": True, "top_left": "top_left"}
 
@@ -208,6 +216,20 @@ def attention_op(
         strings={"kv_layout": kv_layout, "lse_layout": lse_layout, "lse_base": lse_base, "backend": backend},
     )  # fmt: skip
     softcap = check_softcap(softcap)  # the schema's float would take a bool or round a huge int
+    if not torch.compiler.is_compiling():
+        # The schema converts what `attention` refuses (a bool window bound, a tensor or bool
+        # max_seqlen, an int return_lse, a tensor scale) or raises a RuntimeError about the op's
+        # signature (a float window bound or max_seqlen): `attention`'s own checks name them first.
+        # (Under tracing the ints may be SymInts; `attention` checks them in the op's body.)
+        _normalise_window(window_size, _normalise_causal(causal)[0])
+        for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+            chk.python_int(name, x, minimum=0, why_not_tensor=_MAX_SEQLEN_IS_TENSOR)
+        if not isinstance(return_lse, bool):
+            raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
+        _softmax_scale(softmax_scale, 8)  # (the head dim only sizes the default, unused here)
+        if out is not None or lse is not None:  # their shapes are read below
+            chk.tensor("q", q, rank=3)
+            chk.tensor("v", v, rank=(3, 4))
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
             kv_layout, causal_name(causal), window_size[0], window_size[1], softmax_scale, return_lse, lse_layout,
             lse_base, backend)  # fmt: skip

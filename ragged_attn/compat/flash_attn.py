@@ -47,6 +47,18 @@ def window_of(window_size, causal: bool) -> tuple[int, int]:
     return (left, right)
 
 
+def causal_of(causal):
+    """FlashAttention's causal (a bool; 0 / 1 and None taken as such) as `attention`'s. Anything
+    else passes through for `attention` to check and name: its own "bottom_right" / "top_left"
+    keep their meaning (never `bool("top_left")`, which would run bottom-right), other values are
+    a ValueError naming causal."""
+    if causal is None:
+        return False
+    if isinstance(causal, numbers.Integral) and not isinstance(causal, bool) and causal in (0, 1):
+        return bool(causal)
+    return causal
+
+
 def softcap_of(softcap):
     """FA's softcap (0.0 or None = off) as `attention`'s softcap; anything else passes through for
     `attention` to check and name."""
@@ -208,8 +220,8 @@ def flash_attn_varlen_func(
     with caller_names(names_of(block_table)):
         result = attention(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-            seqused_q=seqused_q, seqused_k=seqused_k, page_table=table, kv_layout="NHD", causal=bool(causal),
-            window_size=window_of(window_size, bool(causal)),
+            seqused_q=seqused_q, seqused_k=seqused_k, page_table=table, kv_layout="NHD", causal=causal_of(causal),
+            window_size=window_of(window_size, causal_of(causal) is not False),
             softmax_scale=softmax_scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln", out=out,
             sinks=sinks_of(learnable_sink), softcap=softcap_of(softcap), backend=backend,
         )  # fmt: skip

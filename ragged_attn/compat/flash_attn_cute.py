@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from ..api import attention
 from ._names import caller_names
-from .flash_attn import check_gather_bwd, decline_unserved, names_of, sinks_of, softcap_of, window_of
+from .flash_attn import (
+    causal_of,
+    check_gather_bwd,
+    decline_unserved,
+    names_of,
+    sinks_of,
+    softcap_of,
+    window_of,
+)
 
 
 def flash_attn_varlen_func(
@@ -103,7 +111,8 @@ def flash_attn_varlen_func(
         result = attention(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
             seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout="NHD",
-            causal=bool(causal), window_size=window_of(window_size, bool(causal)), softmax_scale=softmax_scale,
+            causal=causal_of(causal), window_size=window_of(window_size, causal_of(causal) is not False),
+            softmax_scale=softmax_scale,
             return_lse=bool(return_lse), lse_layout="head_major", lse_base="ln", sinks=sinks_of(learnable_sink),
             softcap=softcap_of(softcap), backend=backend,
         )  # fmt: skip

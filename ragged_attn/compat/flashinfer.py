@@ -28,6 +28,7 @@ import torch
 from .. import _checks as chk
 from ..api import attention
 from ..merge import merge_state, merge_states
+from ..problem import MAX_PADDED_LSE_ROWS
 from ._names import caller_names
 
 __all__ = ["cudnn_batch_prefill_with_kv_cache", "merge_state", "merge_states"]
@@ -114,16 +115,43 @@ def _names(actual_seq_lens_q, actual_seq_lens_kv, batch_offsets_q, batch_offsets
 
 
 def _scatter_rows(dst: torch.Tensor, src: torch.Tensor, src_starts, dst_starts, lengths) -> None:
-    """dst[dst_starts[b] + i] = src[src_starts[b] + i] for i < lengths[b], on the device."""
+    """dst[dst_starts[b] + i] = src[src_starts[b] + i] for i < lengths[b], on the device.
+
+    A target row outside dst is dropped, never indexed (on the GPU an out-of-range index_copy_ is
+    a device-side assert that ends the process's CUDA context); where the values can be read
+    (`_check_targets`) such offsets are a ValueError before anything is written."""
+    if lengths.numel() == 0 or src.shape[0] == 0:  # no sequence, or no row: nothing to move
+        return
     rows = torch.arange(src.shape[0], device=src.device, dtype=torch.int32)
     seq = torch.searchsorted(src_starts[1:-1].contiguous(), rows, right=True) if src_starts.shape[0] > 2 else torch.zeros_like(rows)
     pos = rows - src_starts[seq.long()]
-    valid = (pos >= 0) & (pos < lengths[seq.long()])
     target = dst_starts[seq.long()] + pos
+    valid = (pos >= 0) & (pos < lengths[seq.long()]) & (target >= 0) & (target < dst.shape[0])
     index = torch.where(valid, target, torch.full_like(target, dst.shape[0]))  # invalid rows -> a dropped slot
     padded = torch.cat([dst, dst[:1]]) if dst.shape[0] else dst.new_empty((1,) + tuple(dst.shape[1:]))
     padded.index_copy_(0, index.long(), src)
     dst.copy_(padded[: dst.shape[0]])
+
+
+def _check_targets(name: str, starts: torch.Tensor, lengths: torch.Tensor, rows: int, what: str) -> None:
+    """ValueError naming `name` when a sequence's target rows [starts[b], starts[b] + lengths[b])
+    leave [0, rows) or overlap another sequence's. Reads the values (one host sync): called only
+    where the reference backend reads lengths back anyway (CPU tensors or backend "reference")."""
+    spans = sorted(
+        (s, n, b) for b, (s, n) in enumerate(zip(starts[:-1].tolist(), lengths.tolist())) if n > 0
+    )
+    end_prev, b_prev = 0, None
+    for s, n, b in spans:
+        if s < 0 or s + n > rows:
+            raise ValueError(
+                f"{name}: expected sequence {b}'s {n} rows to lie within the {rows} rows of {what}, got start {s}"
+            )
+        if b_prev is not None and s < end_prev:
+            raise ValueError(
+                f"{name}: expected sequences whose rows do not overlap, got sequence {b} starting at row {s} "
+                f"inside sequence {b_prev} (rows up to {end_prev})"
+            )
+        end_prev, b_prev = s + n, b
 
 
 def cudnn_batch_prefill_with_kv_cache(
@@ -236,6 +264,11 @@ def cudnn_batch_prefill_with_kv_cache(
     paged = block_tables is not None
     if not isinstance(k_cache, torch.Tensor) or not isinstance(v_cache, torch.Tensor):
         raise TypeError("k_cache: expected torch.Tensor k_cache and v_cache")
+    want_rank = 4 if paged else 3
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if x.dim() != want_rank:
+            shape = "(num_pages, H_kv, page_size, D) with block_tables" if paged else "(total_kv, H_kv, D)"
+            raise ValueError(f"{name}: expected a {want_rank}-D tensor {shape}, got shape {tuple(x.shape)}")
     h_q, d_qk = q.shape[1], q.shape[2]
     h_kv = k_cache.shape[1]
     d_v = v_cache.shape[-1]
@@ -254,6 +287,13 @@ def cudnn_batch_prefill_with_kv_cache(
     out_dtype = q.dtype
     chk.python_int("max_token_per_sequence", max_token_per_sequence, minimum=0, allow_none=False)
     chk.python_int("max_sequence_kv", max_sequence_kv, minimum=0, allow_none=False)
+    if return_lse and lse is None and max_token_per_sequence > MAX_PADDED_LSE_ROWS:
+        raise ValueError(
+            f"max_token_per_sequence: the LSE allocated by the call is (B, max_token_per_sequence, H_q) float32; "
+            f"expected at most {MAX_PADDED_LSE_ROWS} rows, got {max_token_per_sequence} "
+            f"({batch * max_token_per_sequence * h_q * 4 / 2**30:.1f} GiB); pass the longest query length, "
+            "or an lse buffer of your own"
+        )
     # Output rows sit at q's starts unless batch_offsets_o says otherwise (or, in element units
     # without it, packed from row 0 while q has offsets of its own).
     o_separate = batch_offsets_o is not batch_offsets_q
@@ -290,8 +330,24 @@ def cudnn_batch_prefill_with_kv_cache(
                     f"strides {lse.stride()}"
                 )
             chk.same_device("lse", lse, q.device)
+            inputs = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_tables", block_tables),
+                      ("out", out), ("actual_seq_lens_q", actual_seq_lens_q), ("actual_seq_lens_kv", actual_seq_lens_kv),
+                      ("batch_offsets_q", batch_offsets_q), ("batch_offsets_k", batch_offsets_k),
+                      ("batch_offsets_stats", batch_offsets_stats))  # fmt: skip
+            for name, x in inputs:
+                if isinstance(x, torch.Tensor) and chk.overlaps(lse, x):
+                    raise ValueError(f"lse: expected memory apart from the inputs and out, got a tensor overlapping {name}")
         rows_s = lse.numel() // h_q if lse is not None else batch * max_token_per_sequence
         starts_s = _starts("batch_offsets_stats", batch_offsets_stats, lens_q, h_q, units, rows_s)
+    if lse is not None and out is not None and o_separate and chk.overlaps(lse, out):
+        # (`attention` writes a scratch out then; its own check cannot see the caller's)
+        raise ValueError("lse: expected memory apart from the inputs and out, got a tensor overlapping out")
+    if (o_separate or stats_packed) and (ragged_attn_backend == "reference" or q.device.type != "cuda"):
+        # The reference reads lengths back (and names bad ones); the copies' targets likewise.
+        if o_separate:
+            _check_targets("batch_offsets_o", starts_o, lens_q, rows_o, "out")
+        if stats_packed:
+            _check_targets("batch_offsets_stats", starts_s, lens_q, rows_s, "lse")
     target_out = out
     if target_out is None:
         target_out = torch.empty(num_tokens, h_q, d_v, dtype=out_dtype, device=q.device)
