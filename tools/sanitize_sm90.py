@@ -11,6 +11,8 @@ SANITIZE_DQK=192 (a head dim) keeps only the problems of that d_qk's classes (e.
 that the MMA warpgroups take in turns, tile_config.o_turns).
 SANITIZE_PAGE=128 (a page size) gives every paged problem that page size (e.g. 128: the d128 paged
 class's key blocks by TMA boxes, tile_config.page_tma; the block crossing len_k still gathered).
+RAGGED_ATTN_TEST_TILE_CONFIG (tests/gpu/tile_overrides.py) runs every class with those TileConfig
+fields replaced (e.g. paged_fence_gathered_only=True), as the GPU tests do.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from tests.gpu.tile_overrides import install_tile_overrides
 from tests.sweep_cases import DEFAULT_SEED, draw, expected_class, run_and_check
 
 
 def main():
+    if install_tile_overrides():
+        print(f"tile-config variant: {os.environ['RAGGED_ATTN_TEST_TILE_CONFIG']}", flush=True)
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 8
     min_rows = int(sys.argv[2]) if len(sys.argv) > 2 else 2048
     max_rows = int(sys.argv[3]) if len(sys.argv) > 3 else 65536
