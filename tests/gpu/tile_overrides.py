@@ -14,7 +14,7 @@ TILE_CONFIG_ENV = "RAGGED_ATTN_TEST_TILE_CONFIG"
 
 
 def parse_tile_overrides(spec: str) -> dict:
-    """"a=1,b=True" -> {"a": 1, "b": True} (ints, and True/False)."""
+    """ "a=1,b=True" -> {"a": 1, "b": True} (ints, and True/False)."""
     fields = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, _, value = item.partition("=")
@@ -37,7 +37,9 @@ def install_tile_overrides() -> str:
     known = {f.name for f in dataclasses.fields(tiles.TileConfig)}
     unknown = sorted(set(overrides) - known)
     if unknown:
-        raise ValueError(f"{TILE_CONFIG_ENV}: expected TileConfig fields ({', '.join(sorted(known))}), got {unknown}")
+        raise ValueError(
+            f"{TILE_CONFIG_ENV}: expected TileConfig fields ({', '.join(sorted(known))}), got {unknown}"
+        )
     os.environ["RAGGED_ATTN_DISK_CACHE"] = "0"
 
     own = tiles.tile_config
