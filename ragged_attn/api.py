@@ -10,6 +10,7 @@ Rules (docs/DESIGN.md contract 3-5):
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 
 import torch
@@ -174,6 +175,23 @@ def attention(
     return (o, l_) if return_lse else o
 
 
+# The keywords `plan` and `layout_class_of` take in **options: attention's keyword-only arguments.
+_ATTENTION_KEYWORDS = tuple(
+    name for name, p in inspect.signature(attention).parameters.items() if p.kind is p.KEYWORD_ONLY
+)
+
+
+def _check_keywords(function: str, options: dict) -> None:
+    """TypeError naming `function` (the public call) and the first keyword attention does not take
+    (build_problem's own keywords included), as Python names an unexpected keyword."""
+    for name in options:
+        if name not in _ATTENTION_KEYWORDS:
+            raise TypeError(
+                f"{function}() got an unexpected keyword argument {name!r} (it takes attention's keyword "
+                f"arguments: {', '.join(_ATTENTION_KEYWORDS)})"
+            )
+
+
 # attention's fast paths: option key (with kv_layout and ragged / paged) -> BoundKernel of the
 # last class those options ran on.
 _FAST_PATHS: dict = {}
@@ -212,13 +230,15 @@ def layout_class_of(
     (s_max is not part of the key); when one is given, the kernel's row limit is checked.
 
     Raises:
-        TypeError / ValueError: a bad argument, as `attention` would.
+        TypeError / ValueError: a bad argument, as `attention` would; a keyword `attention` does not
+            take is a TypeError naming layout_class_of and the keyword.
         NotImplementedError: no kernel class serves this problem, or the kernel declines it
             (sinks of a stride other than 1, more than 65535 sequences or query heads, a padded
             LSE of more than 65535 * 128 rows, 2**29 tokens or more): the message says why.
             sinks / softcap give a class with the `sinks` / `softcap` flag (name suffixes
             -softcap, -sinks), with ragged K/V or page pools.
     """
+    _check_keywords("layout_class_of", options)
     for name in ("out", "lse", "backend"):
         options.pop(name, None)
     problem, _ = build_problem(
@@ -385,8 +405,14 @@ def plan(
     a sinks plan): each `run(...)` passes its own. softcap is fixed at plan time. On the kernel
     backend ("cute", or "auto" on CUDA) sinks / softcap choose the `-sinks` / `-softcap` class
     (compiled now), with ragged K/V or page pools. Returns a `Plan` whose `run(...)` takes tensors
-    of the same layout with any shapes/lengths. Raises as `attention` does.
+    of the same layout with any shapes/lengths.
+
+    Raises:
+        TypeError: a keyword `attention` does not take (named with plan, as Python names one); else
+            as `attention` does (TypeError / ValueError naming a bad argument, NotImplementedError
+            for a call the kernel does not serve).
     """
+    _check_keywords("plan", options)
     chk.choice("backend", backend, backends.BACKENDS)
     for name in ("out", "lse"):
         options.pop(name, None)

@@ -10,6 +10,7 @@ caller did not pass, and nothing was written.
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -133,8 +134,8 @@ def test_flashinfer_lengths_past_q_without_offsets_are_named():
         actual_seq_lens_kv=torch.tensor([5, 7], dtype=torch.int32),
         max_token_per_sequence=9,
     )
-    msg = _refused(ValueError, call, "actual_seq_lens_q", ("seqused", "cu_seqlens"), out)
-    assert "total_q = 12" in msg
+    msg = _refused(ValueError, call, "actual_seq_lens_q", ("seqused", "cu_seqlens", "non-decreasing"), out)
+    assert "12 rows of q" in msg and "summing to 14" in msg
 
 
 def test_flashinfer_k_cache_dtype_is_named():
@@ -195,6 +196,100 @@ def test_flashinfer_ragged_attn_backend_is_named_in_the_advice():
         call()
     assert 'pass backend="reference"' not in str(info.value)
     assert torch.all(out == 3.0)
+
+
+def _fi_nan(**overrides):
+    """A valid float32 FlashInfer call on the CPU (lengths 3, 5 over q's 8 rows, 4, 6 over k's 10)
+    with a NaN-poisoned out (8, 4, 16), and a NaN-poisoned lse (8, 4) passed with batch_offsets_stats;
+    returns (call, out, lse)."""
+    g = torch.Generator().manual_seed(309)
+    q, k, v = (torch.randn(n, h, 16, generator=g) for n, h in ((8, 4), (10, 2), (10, 2)))
+    out, lse = torch.full((8, 4, 16), math.nan), torch.full((8, 4), math.nan)
+    lens_q, lens_kv = torch.tensor([3, 5], dtype=torch.int32), torch.tensor([4, 6], dtype=torch.int32)
+    kw = {"max_token_per_sequence": 5, "max_sequence_kv": 6, "actual_seq_lens_q": lens_q,
+          "actual_seq_lens_kv": lens_kv, "causal": True, "return_lse": True, "out": out}  # fmt: skip
+    kw.update(overrides)
+    if "batch_offsets_stats" in kw:
+        kw["lse"] = lse
+    return (lambda: cudnn_batch_prefill_with_kv_cache(q, k, v, 0.25, None, **kw)), out, lse
+
+
+@pytest.mark.parametrize(
+    "name,lengths,words",
+    [("actual_seq_lens_q", [3, 9], ["the 8 rows of q", "2 lengths summing to 12"]),
+     ("actual_seq_lens_q", [-2, 5], [">= 0", "got -2 at index 0"]),
+     ("actual_seq_lens_kv", [4, 9], ["the 10 rows of k_cache", "2 lengths summing to 13"])],
+    ids=["q-past-q", "q-negative", "kv-past-k-cache"],
+)  # fmt: skip
+def test_flashinfer_lengths_without_offsets_are_named_as_lengths(name, lengths, words):
+    """Without batch_offsets_q / _k the lengths are packed from row 0: lengths that run past q's
+    (k_cache's) rows are reported as the lengths the caller passed, not as offsets ("got 3 then 12")."""
+    lens = torch.tensor(lengths, dtype=torch.int32)
+    call, out, _ = _fi_nan(**{name: lens}, max_token_per_sequence=9, max_sequence_kv=9)
+    msg = _refused(ValueError, call, name, ("seqused", "cu_seqlens", "non-decreasing", "then"))
+    for word in words:
+        assert word in msg, msg
+    assert torch.isnan(out).all()
+
+
+@pytest.mark.parametrize(
+    "name,offsets,row",
+    [("batch_offsets_q", [0, 3 * 64 + 1, 8 * 64], 64), ("batch_offsets_k", [0, 4 * 32 + 5, 10 * 32], 32),
+     ("batch_offsets_o", [0, 3 * 64 + 3, 8 * 64], 64), ("batch_offsets_stats", [0, 13, 32], 4)],
+    ids=["q", "k", "o", "stats"],
+)  # fmt: skip
+def test_flashinfer_element_offsets_that_are_not_whole_rows_are_named(name, offsets, row):
+    """Element offsets are token * H * D (H_q for stats): others were floor-divided silently. On the
+    CPU (values read anyway) they are a ValueError naming the argument, the row size and the value."""
+    call, out, lse = _fi_nan(**{name: torch.tensor(offsets, dtype=torch.int32)})
+    msg = _refused(ValueError, call, name, ("seqused", "cu_seqlens"))
+    assert f"multiples of {row}" in msg and f"got {offsets[1]} at index 1" in msg, msg
+    assert torch.isnan(out).all() and torch.isnan(lse).all()
+
+
+def test_flashinfer_whole_row_element_offsets_still_pass():
+    """The same offsets on whole rows run (the check refuses only what floor division changed)."""
+    rows = {"batch_offsets_q": [0, 3 * 64, 8 * 64], "batch_offsets_k": [0, 4 * 32, 10 * 32],
+            "batch_offsets_o": [0, 3 * 64, 8 * 64], "batch_offsets_stats": [0, 12, 32]}  # fmt: skip
+    call, out, lse = _fi_nan(**{name: torch.tensor(x, dtype=torch.int32) for name, x in rows.items()})
+    got_out, got_lse = call()
+    assert got_out is out and got_lse is lse
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+
+
+@pytest.mark.parametrize("name", ["actual_seq_lens_q", "actual_seq_lens_kv"])
+def test_flashinfer_lengths_on_the_meta_device_are_named(name):
+    """Lengths on the meta device have no values to move to q's device: torch said "Cannot copy out
+    of meta tensor"; the adapter names the argument and the devices, as `attention` names a meta tensor."""
+    call, out, _ = _fi_nan(**{name: torch.tensor([3, 5] if name.endswith("_q") else [4, 6], dtype=torch.int32,
+                                                 device="meta")})  # fmt: skip
+    msg = _refused(ValueError, call, name)
+    assert "the device of q" in msg and "got one on meta" in msg, msg
+    assert torch.isnan(out).all()
+
+
+@pytest.mark.parametrize(
+    "exc,kw,lead,words",
+    [(ValueError, {"s_aux": torch.zeros(3)}, "s_aux", "got (3,)"),
+     (TypeError, {"s_aux": [0.0] * 4}, "s_aux", "got list"),
+     (ValueError, {"s_aux": torch.zeros(4, device="meta")}, "s_aux", "got one on meta"),
+     (TypeError, {"s_aux": torch.zeros(4, dtype=torch.int64)}, "s_aux", "int64"),
+     (ValueError, {"scaling": -1.0}, "scaling", "got -1.0")],
+    ids=["s_aux-shape", "s_aux-list", "s_aux-meta", "s_aux-int", "scaling-negative"],
+)  # fmt: skip
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_transformers_s_aux_and_scaling_are_named_as_passed(exc, kw, lead, words, padded):
+    """transformers passes gpt-oss's sinks as s_aux and the softmax scale as scaling: errors name
+    those, not attention's sinks / softmax_scale (both call sites: with and without a padding mask)."""
+    pytest.importorskip("transformers")
+    from ragged_attn.compat.transformers import attention_forward
+
+    g = torch.Generator().manual_seed(310)
+    q, k, v = (torch.randn(1, h, 5, 16, generator=g) for h in (4, 2, 2))
+    mask = torch.tensor([[False, True, True, True, True]]) if padded else None
+    call = lambda: attention_forward(SimpleNamespace(is_causal=True), q, k, v, mask, **kw)
+    msg = _refused(exc, call, lead, ("sinks", "softmax_scale"))
+    assert words in msg, msg
 
 
 # --- torch varlen_attn --------------------------------------------------------------------------

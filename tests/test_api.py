@@ -104,3 +104,23 @@ def test_warmup_compiles_once_per_distinct_class(tmp_path, monkeypatch):
     assert info.compiles == 0 and info.disk_hits == 2, info
     assert os.stat(tmp_path / "cache").st_mode & 0o077 == 0, "cache directory is not private to the user"
     compile_cache.clear_memory()
+
+
+@pytest.mark.parametrize(
+    "function,keyword",
+    [("plan", "foo"), ("plan", "for_class_only"), ("plan", "arch"), ("layout_class_of", "foo"),
+     ("layout_class_of", "for_class_only")],
+)  # fmt: skip
+def test_an_unexpected_keyword_names_the_public_function(function, keyword):
+    """plan(..., foo=1) said "build_problem() got an unexpected keyword argument 'foo'" (an internal
+    function; build_problem's own for_class_only was even accepted): the TypeError names the call
+    the caller made and the keyword (arch is layout_class_of's own keyword; plan takes none)."""
+    case = Case(56, [5, 9], [5, 9], 4, 2, 64, 64, dtype=torch.bfloat16, causal=True)
+    args, kwargs = case.make()
+    if function == "layout_class_of":
+        args = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+    with pytest.raises(TypeError) as info:
+        getattr(ragged_attn, function)(*args, **kwargs, **{keyword: 1})
+    message = str(info.value)
+    assert message.startswith(f"{function}() got an unexpected keyword argument {keyword!r}"), message
+    assert "build_problem" not in message and "causal" in message

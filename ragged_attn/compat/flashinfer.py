@@ -45,6 +45,9 @@ def _lengths(name: str, x, batch: int | None, device) -> torch.Tensor:
     x = x.reshape(-1)
     if batch is not None and x.shape[0] != batch:
         raise ValueError(f"{name}: expected {batch} lengths (those of actual_seq_lens_q), got {x.shape[0]}")
+    if x.device != device and x.device.type != "cpu":  # the CPU or q's (a meta tensor has no values)
+        where = "the CPU" if device.type == "cpu" else f"the CPU or {device}"
+        raise ValueError(f"{name}: expected a tensor on {where} (the device of q), got one on {x.device}")
     return x.to(device, non_blocking=True)
 
 
@@ -76,8 +79,14 @@ def _seq_lens(name: str, given, offsets_name: str, offsets, units: str, batch: i
     return flat[1:] - flat[:-1]
 
 
-def _starts(name: str, offsets, lengths: torch.Tensor, per_token: int, units: str, total: int) -> torch.Tensor:
-    """(B + 1,) token offsets: the given batch offsets converted to tokens, or cumsum of lengths."""
+def _starts(
+    name: str, offsets, lengths: torch.Tensor, per_token: int, units: str, total: int, row: str, read: bool
+) -> torch.Tensor:
+    """(B + 1,) token offsets: the given batch offsets converted to tokens, or cumsum of lengths.
+
+    `row` spells the per_token elements of one row ("q: H_q * D_qk = 4 * 64") for errors. With `read`
+    (values read back anyway: CPU tensors or backend "reference"), element offsets that are not
+    whole rows are a ValueError; otherwise they are trusted (no host sync) and floor-divided."""
     batch = lengths.shape[0]
     if offsets is None:
         starts = torch.zeros(batch + 1, dtype=torch.int32, device=lengths.device)
@@ -91,11 +100,34 @@ def _starts(name: str, offsets, lengths: torch.Tensor, per_token: int, units: st
         raise ValueError(f"{name}: expected B + 1 = {batch + 1} (or B) offsets, got shape {tuple(offsets.shape)}")
     chk.same_device(name, flat, lengths.device)
     if units == "elements":
+        if read:
+            for i, x in enumerate(flat.tolist()):
+                if x % per_token:
+                    raise ValueError(
+                        f"{name}: expected offsets in elements that are multiples of {per_token} (one row of "
+                        f"{row}), got {x} at index {i}"
+                    )
         flat = torch.div(flat, per_token, rounding_mode="floor")
     # The end of the last sequence is its start + length (seqused), so the closing entry only
     # bounds it: use the tensor's total.
     end = torch.full((1,), total, dtype=torch.int32, device=flat.device)
     return torch.cat([flat[:batch].to(torch.int32), end])
+
+
+def _check_packed(name: str, lengths: torch.Tensor, rows: int, what: str, offsets_name: str) -> None:
+    """ValueError naming `name` (lengths packed back to back from row 0: no `offsets_name` given)
+    when a length is negative or they sum past the `rows` rows of `what`. Reads the values (one
+    host sync): called only where the reference backend reads lengths back anyway."""
+    values = lengths.tolist()
+    for i, n in enumerate(values):
+        if n < 0:
+            raise ValueError(f"{name}: expected lengths >= 0, got {n} at index {i}")
+    if sum(values) > rows:
+        raise ValueError(
+            f"{name}: expected lengths summing to at most the {rows} rows of {what} (without {offsets_name} "
+            f"the sequences are packed back to back from row 0), got {len(values)} lengths summing to "
+            f"{sum(values)}"
+        )
 
 
 def _names(actual_seq_lens_q, actual_seq_lens_kv, batch_offsets_q, batch_offsets_k) -> dict[str, str]:
@@ -199,10 +231,13 @@ def cudnn_batch_prefill_with_kv_cache(
         max_token_per_sequence, max_sequence_kv: Python ints, the longest query / key sequence;
             max_token_per_sequence is the s_max of the padded LSE.
         actual_seq_lens_q, actual_seq_lens_kv: int32 (B,) or (B, 1, 1, 1), on the CPU or q's device
-            (moved to the device without a sync). Each may be omitted with
-            batch_offsets_units="tokens" and batch_offsets_q (for _q) / batch_offsets_k (for _kv)
-            set: the lengths are the differences of that indptr, on the device. Otherwise omitting
-            one is a ValueError (FlashInfer's rule).
+            (moved to the device without a sync; another device, meta included, is a ValueError).
+            Without batch_offsets_q / batch_offsets_k the sequences are packed from row 0, and
+            lengths summing past q's / k_cache's rows are a ValueError naming them where the values
+            are read anyway (CPU tensors or ragged_attn_backend="reference"). Each may be omitted
+            with batch_offsets_units="tokens" and batch_offsets_q (for _q) / batch_offsets_k (for
+            _kv) set: the lengths are the differences of that indptr, on the device. Otherwise
+            omitting one is a ValueError (FlashInfer's rule).
         block_tables: int32 (B, max_pages) page ids, or None for ragged KV.
         causal: bool, bottom-right aligned causal mask.
         return_lse: also return the LSE (float32).
@@ -217,10 +252,13 @@ def cudnn_batch_prefill_with_kv_cache(
             where FlashInfer writes, for B > 1 FlashInfer raises and ragged_attn serves it (ours).
             Output offsets that differ from q's are served by a device-side copy. batch_offsets_v
             must describe the same token starts as batch_offsets_k (FlashInfer builds both from one
-            cumsum); only batch_offsets_k is read.
-        batch_offsets_stats: start offsets of each sequence's LSE rows in elements (token * H_q)
-            or tokens; given (with return_lse), the LSE is written token-major at those offsets
-            into `lse`'s storage instead of padded (a device-side copy).
+            cumsum); only batch_offsets_k is read. Element offsets must be whole rows (multiples of
+            H * D of that tensor): where the values are read anyway (CPU tensors or
+            ragged_attn_backend="reference") another value is a ValueError naming the argument; on
+            CUDA with the kernel they are trusted (no device-to-host read).
+        batch_offsets_stats: start offsets of each sequence's LSE rows in elements (token * H_q,
+            whole rows as above) or tokens; given (with return_lse), the LSE is written token-major
+            at those offsets into `lse`'s storage instead of padded (a device-side copy).
         batch_offsets_units: "elements" or "tokens"; anything else is a ValueError.
         out: optional (total_tokens, H_q, D_v) destination (rows at batch_offsets_o when given).
         lse: optional float32 destination: (B, max_token_per_sequence, H_q) (padded; any compact
@@ -240,7 +278,9 @@ def cudnn_batch_prefill_with_kv_cache(
         packed rows, -inf elsewhere (what FlashInfer allocates).
     Raises:
         TypeError / ValueError: bad arguments (named as FlashInfer names them; an `out` not of q's
-            dtype is a TypeError);
+            dtype is a TypeError), among them lengths on a device other than the CPU or q's, and,
+            where values are read (CPU tensors or ragged_attn_backend="reference"), element offsets
+            that are not whole rows and lengths that run past q's / k_cache's rows; nothing is written;
         NotImplementedError: fp8 scales, an o_data_type other than q's, or as `ragged_attn.attention`.
     """
     q = chk.tensor("q", q, rank=3)
@@ -273,11 +313,23 @@ def cudnn_batch_prefill_with_kv_cache(
     h_kv = k_cache.shape[1]
     d_v = v_cache.shape[-1]
     num_tokens = q.shape[0]
-    starts_q = _starts("batch_offsets_q", batch_offsets_q, lens_q, h_q * d_qk, units, num_tokens)
+    # The reference reads lengths back (and names bad ones): where it will, the adapter reads the
+    # values it derives from them too; on CUDA with the kernel they are trusted (no host sync).
+    reference = isinstance(ragged_attn_backend, str) and ragged_attn_backend == "reference"
+    read = q.device.type != "meta" and (reference or q.device.type != "cuda")
+    row_q = f"q: H_q * D_qk = {h_q} * {d_qk}"
+    starts_q = _starts("batch_offsets_q", batch_offsets_q, lens_q, h_q * d_qk, units, num_tokens, row_q, read)
+    if read and batch_offsets_q is None:
+        _check_packed("actual_seq_lens_q", lens_q, num_tokens, "q", "batch_offsets_q")
     if paged:
         starts_k = None
     else:
-        starts_k = _starts("batch_offsets_k", batch_offsets_k, lens_k, h_kv * d_qk, units, k_cache.shape[0])
+        row_k = f"k_cache: H_kv * D_qk = {h_kv} * {d_qk}"
+        starts_k = _starts(
+            "batch_offsets_k", batch_offsets_k, lens_k, h_kv * d_qk, units, k_cache.shape[0], row_k, read
+        )
+        if read and batch_offsets_k is None:
+            _check_packed("actual_seq_lens_kv", lens_k, k_cache.shape[0], "k_cache", "batch_offsets_k")
 
     if o_data_type is not None and o_data_type != q.dtype:
         raise NotImplementedError(
@@ -316,7 +368,8 @@ def cudnn_batch_prefill_with_kv_cache(
                     raise ValueError(f"out: expected memory apart from the inputs, got a tensor overlapping {name}")
     if o_separate:
         rows_o = out.shape[0] if out is not None else num_tokens
-        starts_o = _starts("batch_offsets_o", batch_offsets_o, lens_q, h_q * d_v, units, rows_o)
+        row_o = f"out: H_q * D_v = {h_q} * {d_v}"
+        starts_o = _starts("batch_offsets_o", batch_offsets_o, lens_q, h_q * d_v, units, rows_o, row_o, read)
     if stats_packed:
         if lse is not None:
             lse = chk.tensor("lse", lse, rank=(2, 3))
@@ -338,14 +391,18 @@ def cudnn_batch_prefill_with_kv_cache(
                 if isinstance(x, torch.Tensor) and chk.overlaps(lse, x):
                     raise ValueError(f"lse: expected memory apart from the inputs and out, got a tensor overlapping {name}")
         rows_s = lse.numel() // h_q if lse is not None else batch * max_token_per_sequence
-        starts_s = _starts("batch_offsets_stats", batch_offsets_stats, lens_q, h_q, units, rows_s)
+        row_s = f"lse: H_q = {h_q}"
+        starts_s = _starts(
+            "batch_offsets_stats", batch_offsets_stats, lens_q, h_q, units, rows_s, row_s, read
+        )
     if lse is not None and out is not None and o_separate and chk.overlaps(lse, out):
         # (`attention` writes a scratch out then; its own check cannot see the caller's)
         raise ValueError("lse: expected memory apart from the inputs and out, got a tensor overlapping out")
-    if (o_separate or stats_packed) and (ragged_attn_backend == "reference" or q.device.type != "cuda"):
+    if (o_separate or stats_packed) and read:
         # The reference reads lengths back (and names bad ones); the copies' targets likewise.
-        if o_separate:
-            _check_targets("batch_offsets_o", starts_o, lens_q, rows_o, "out")
+        if o_separate:  # without batch_offsets_o, out's rows are packed by actual_seq_lens_q
+            name_o = "batch_offsets_o" if batch_offsets_o is not None else "actual_seq_lens_q"
+            _check_targets(name_o, starts_o, lens_q, rows_o, "out")
         if stats_packed:
             _check_targets("batch_offsets_stats", starts_s, lens_q, rows_s, "lse")
     target_out = out

@@ -55,6 +55,9 @@ import torch
 
 import ragged_attn
 
+from .. import _checks as chk
+from ._names import caller_names
+
 __all__ = ["NAME", "SUPPORTED", "attention_forward", "padding_mask", "register"]
 
 NAME = "ragged_attn"
@@ -106,6 +109,12 @@ def _host_int(x) -> int:
     return int(x.item()) if isinstance(x, torch.Tensor) else int(x)
 
 
+# attention's argument names -> transformers' (ragged_attn/compat/_names.py): the ones passed
+# through unchanged. q / k / v are not renamed: attention gets them reshaped to tokens, so its
+# shapes are not the caller's.
+_NAMES = {"sinks": "s_aux", "softmax_scale": "scaling"}
+
+
 def _rows(x: torch.Tensor) -> torch.Tensor:
     """(B, H, S, D), transformers' layout -> (B * S, H, D) tokens, last dim contiguous."""
     return x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3])
@@ -153,6 +162,9 @@ def attention_forward(
             `ragged_attn.attention`; the GPU kernel serves softcap and s_aux, a float32 s_aux of
             stride 1).
         ValueError: a mask or lengths that do not fit the tensors.
+        TypeError / ValueError: a bad s_aux (a tensor of another shape or device than (H_q,) on
+            query's, not a tensor, or of an integer dtype) or scaling, named as transformers
+            passes them; as `ragged_attn.attention` otherwise.
     """
     if dropout:
         _decline("dropout", f"dropout_p = {dropout} (training)")
@@ -166,6 +178,10 @@ def attention_forward(
     if softcap:
         opts["softcap"] = softcap
     if s_aux is not None:
+        if isinstance(s_aux, torch.Tensor) and not s_aux.is_floating_point():
+            raise TypeError(
+                f"s_aux: expected a floating-point (H_q,) tensor, got dtype {chk.dtype_name(s_aux.dtype)}"
+            )
         opts["sinks"] = s_aux.float() if isinstance(s_aux, torch.Tensor) else s_aux
 
     if attention_mask is not None:
@@ -191,8 +207,9 @@ def attention_forward(
             idx_q = mq.reshape(-1).nonzero().reshape(-1)
             cu_q = torch.nn.functional.pad(lens_q.cumsum(0, dtype=torch.int32), (1, 0))
         max_q, max_k = _host_int(lens_q.max()), _host_int(lens_k.max())  # one sync, as flash_attention_2
-        o = ragged_attn.attention(_rows(query)[idx_q], _rows(key)[idx_k], _rows(value)[idx_k], cu_q, cu_k,
-                                  max_q, max_k, **opts)  # fmt: skip
+        with caller_names(_NAMES):
+            o = ragged_attn.attention(_rows(query)[idx_q], _rows(key)[idx_k], _rows(value)[idx_k], cu_q, cu_k,
+                                      max_q, max_k, **opts)  # fmt: skip
         out = o.new_zeros(batch * q_len, h_q, d_v)
         out[idx_q] = o
         return out.view(batch, q_len, h_q, d_v), None
@@ -214,7 +231,8 @@ def attention_forward(
             cu_q = torch.arange(0, (batch + 1) * q_len, q_len, dtype=torch.int32, device=query.device)
             cu_k = torch.arange(0, (batch + 1) * kv_len, kv_len, dtype=torch.int32, device=query.device)
             max_q, max_k = q_len, kv_len
-    o = ragged_attn.attention(q, k, v, cu_q, cu_k, max_q, max_k, **opts)
+    with caller_names(_NAMES):
+        o = ragged_attn.attention(q, k, v, cu_q, cu_k, max_q, max_k, **opts)
     return o.view(batch, q_len, h_q, d_v), None
 
 
