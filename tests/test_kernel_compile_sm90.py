@@ -192,6 +192,19 @@ def test_producer_registers_override():
     assert (k.producer_regs, k.mma_regs) == (56, 152)
 
 
+@pytest.mark.parametrize("kv", ["ragged", "paged"])
+def test_d192_with_every_thread_passing_o_turns_compiles_without_spills(kv, capfd):
+    """TileConfig.o_turn_every_thread (a measurement variant of the d192 classes' O turns: every
+    thread passes, so the pipeline state stays in uniform registers): no spills, and the barrier
+    counts are the waiter's 128 and the passer's 32 or 128."""
+    from ragged_attn.kernels.sm90.epilogue import turn_threads
+
+    assert (turn_threads(False), turn_threads(True)) == (128 + 32, 128 + 128)
+    lc = LayoutClass("sm_90a", 192, 128, "bf16", "bf16", "causal", True, kv)
+    assert tile_config(lc).o_turns
+    compile_without_spills(lc, capfd, dataclasses.replace(tile_config(lc), o_turn_every_thread=True))
+
+
 def test_d64_paged_192_row_class_compiles_without_spills(capfd):
     """The d64 paged 192-row class spilled at 56 / 152 (36 spill instructions); at its 32 / 160
     (TileConfig.producer_regs, session 14) the four warps' box path and the gather fit, and the MMA

@@ -32,6 +32,17 @@ def lse_index(seqlen, batch_idx, head_idx, row, s_b, s_tok, s_row, s_h) -> Int64
     return Int64(batch_idx) * s_b + Int64(seqlen.offset_o) * s_tok + Int64(row) * s_row + Int64(head_idx) * s_h
 
 
+# A turn at the shared O block (o_turns): the waiting warpgroup's 128 threads and the passing one's
+# storing warp, or with TileConfig.o_turn_every_thread its 128.
+O_TURN_THREADS = 128 + 32
+O_TURN_THREADS_EVERY = 256
+
+
+def turn_threads(every_thread: bool) -> int:
+    """The thread count of a turn's named barrier (trace time)."""
+    return O_TURN_THREADS_EVERY if every_thread else O_TURN_THREADS
+
+
 @cute.jit
 def store_tile(
     acc_O: cute.Tensor,
@@ -65,7 +76,7 @@ def store_tile(
     wg_idx: Int32,
     wg_barrier_base: cutlass.Constexpr[int],
     o_tma=(None, None),  # (tma_atom_O, tma_O): TMA stores of full 64-row blocks (wg_local only)
-    o_turn=None,  # (one warpgroup's P V tiled MMA, turn barrier base, warpgroups): sO holds 64 rows
+    o_turn=None,  # (one warpgroup's P V tiled MMA, turn barrier base, warpgroups, every thread): sO holds 64 rows
     row_mult=None,  # row packing's classes: packed rows per token (1: the launch does not pack rows)
 ):
     """O (normalised, fp32 registers) -> out dtype -> smem (stmatrix) -> 128-bit global stores of
@@ -82,6 +93,12 @@ def store_tile(
     warpgroup order: each waits for its turn (named barrier turn base + wg_idx: its 128 threads and
     the previous holder's storing warp) before writing sO, and its storing warp passes the turn on
     once sO has been read (its TMA store's read done, or after the warpgroup read its rows back).
+    With o_turn's "every thread" (TileConfig.o_turn_every_thread) every thread of the warpgroup
+    passes (O_TURN_THREADS: the waiter's 128 and the passer's 128), the storing warp after its TMA
+    store's read (the turn completes with the last arrival): a pass under the storing warp's branch
+    made ptxas keep the MMA warpgroups' pipeline state in per-thread registers (d192 causal interior
+    loop 567 instructions, 40 R2UR and 44 IMAD for the WGMMA descriptors; every thread passing: 514,
+    the descriptors in uniform registers as in the classes without o_turns; static SASS, 2026-12-04).
     row_mult (classes with row packing; tile_scheduler.py): where it is > 1, row0 counts packed
     rows, head_idx is the unit's K/V head, and packed row m is token m // row_mult of query head
     head_idx * row_mult + m % row_mult: LSE and O (predicated 128-bit stores, never the TMA store)
@@ -93,7 +110,7 @@ def store_tile(
     rO.store(acc_O.load().to(out_dtype))
     stmatrix = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), out_dtype)
     if const_expr(use_turns):
-        cute.arch.barrier(barrier_id=o_turn[1] + wg_idx, number_of_threads=128 + 32)
+        cute.arch.barrier(barrier_id=o_turn[1] + wg_idx, number_of_threads=turn_threads(o_turn[3]))
         smem_copy = cute.make_tiled_copy_C(stmatrix, o_turn[0]).get_slice(tidx % 128)
     else:
         if const_expr(use_tma):
@@ -126,7 +143,7 @@ def store_tile(
     s_part = 0 if const_expr(use_turns) else part  # the block of sO holding these rows
     turn_pass = None
     if const_expr(use_turns):
-        turn_pass = (o_turn[1], o_turn[2], wg_idx, wg_barrier_base)
+        turn_pass = (o_turn[1], o_turn[2], wg_idx, wg_barrier_base, o_turn[3])
     # With O in Q's buffer every warp releases Q once it has read its O rows back (the producer may
     # then load the next tile's Q into the buffer).
     release_q = pipe_q if const_expr(o_aliases_q) else None
@@ -152,7 +169,10 @@ def store_tile(
                 cute.arch.cp_async_bulk_commit_group()
                 if const_expr(use_turns):
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
-                    pass_o_turn(turn_pass)
+                    if const_expr(not o_turn[3]):
+                        pass_o_turn(turn_pass)
+            if const_expr(use_turns and o_turn[3]):
+                pass_o_turn(turn_pass)  # every thread; the storing warp's after its store's read
         else:
             store_rows(
                 gmem_tiled_copy_O, sO, mO, seqlen, tidx, row0, head_idx, rows_left, part, rows, tile_m, d_v,
@@ -231,7 +251,8 @@ def store_rows(
     """sO block `s_part` (default `part`; `rows` rows) -> registers -> 128-bit global stores of
     the tile's row block `part`, its rows < len_q and columns < mO's run-time head dim; with pipe_q,
     each warp releases Q once it has read its rows; with turn_pass (store_tile's o_turn), the
-    warpgroup passes its turn at sO on once all its threads have read their rows."""
+    warpgroup passes its turn at sO on (its first warp, or every thread) once all its threads have
+    read their rows."""
     copy_tidx = tidx % 128 if const_expr(rows == 64) else tidx
     gmem_copy = gmem_tiled_copy_O.get_slice(copy_tidx)
     tOsO = gmem_copy.partition_S(cute.local_tile(sO, (rows, d_v), (part if const_expr(s_part is None) else s_part, 0)))
@@ -239,8 +260,11 @@ def store_rows(
     cute.autovec_copy(tOsO, tOrO)
     if const_expr(turn_pass is not None):
         cute.arch.barrier(barrier_id=turn_pass[3] + turn_pass[2], number_of_threads=128)
-        if tidx % 128 < 32:
+        if const_expr(turn_pass[4]):
             pass_o_turn(turn_pass)
+        else:
+            if tidx % 128 < 32:
+                pass_o_turn(turn_pass)
     if const_expr(pipe_q is not None):
         # sO is Q's buffer: order this thread's generic-proxy writes (stmatrix) and reads of it
         # before the producer's next Q TMA (async proxy) writes there.
@@ -282,13 +306,13 @@ def store_rows(
 
 @cute.jit
 def pass_o_turn(turn_pass):
-    """The storing warp of warpgroup wg_idx gives the next warpgroup (a ring) its turn at the shared
-    O block: turn_pass = (turn barrier base, warpgroups, wg_idx, -)."""
-    base, num_wg, wg_idx, _ = turn_pass
+    """Warpgroup wg_idx (its storing warp, or every thread) gives the next warpgroup (a ring) its turn
+    at the shared O block: turn_pass = (turn barrier base, warpgroups, wg_idx, -, every thread)."""
+    base, num_wg, wg_idx, _, every_thread = turn_pass
     nxt = wg_idx + 1
     if nxt == num_wg:
         nxt = Int32(0)
-    cute.arch.barrier_arrive(barrier_id=base + nxt, number_of_threads=128 + 32)
+    cute.arch.barrier_arrive(barrier_id=base + nxt, number_of_threads=turn_threads(every_thread))
 
 
 @cute.jit

@@ -80,7 +80,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from .block_info import UNBOUNDED, BlockInfo
-from .epilogue import lse_index, store_tile
+from .epilogue import lse_index, store_tile, turn_threads
 from .mainloop import SCHED_BARRIER_BASE, MmaMainloops
 from .paged_kv import BOX_ROWS, PRODUCER_THREADS, PagedKV, make_gather_copy, make_page_box_tma, make_page_rows_tma
 from .seqlen_info import SeqlenInfo
@@ -216,6 +216,7 @@ class RaggedForwardSm90(MmaMainloops):
         # O staged 64 rows at a time, the warpgroups taking the buffer in turns (tile_config.py).
         self.o_turns = config.o_turns and self.wg_epilogue
         self.o_rows = 64 if self.o_turns else self.tile_m  # sO's rows
+        self.o_turn_every_thread = config.o_turn_every_thread  # epilogue.pass_o_turn: every thread passes
         self.l2_kv_head_groups = config.l2_kv_head_groups
         self.q_first = config.q_first  # load_tile and load_paged_tile
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
@@ -1675,14 +1676,19 @@ class RaggedForwardSm90(MmaMainloops):
         o_turn = None
         if const_expr(self.o_turns):
             # sO holds 64 rows: each warpgroup's stmatrix partition is a one-warpgroup P V MMA's.
-            # The last warpgroup's storing warp gives warpgroup 0 the first turn.
+            # The last warpgroup's storing warp (o_turn_every_thread: all its threads, as each pass)
+            # gives warpgroup 0 the first turn.
             mma_o = sm90_helpers.make_trivial_tiled_mma(
                 self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.MN, Float32,
                 atom_layout_mnk=(1, 1, 1), tiler_mn=(64, self.d_v), a_source=warpgroup.OperandSource.RMEM,
             )  # fmt: skip
-            o_turn = (mma_o, O_TURN_BARRIER_BASE, self.num_mma_warpgroups)
-            if wg_idx == self.num_mma_warpgroups - 1 and tidx % 128 < 32:
-                cute.arch.barrier_arrive(barrier_id=O_TURN_BARRIER_BASE, number_of_threads=128 + 32)
+            o_turn = (mma_o, O_TURN_BARRIER_BASE, self.num_mma_warpgroups, self.o_turn_every_thread)
+            if wg_idx == self.num_mma_warpgroups - 1:
+                if const_expr(self.o_turn_every_thread):
+                    cute.arch.barrier_arrive(barrier_id=O_TURN_BARRIER_BASE, number_of_threads=turn_threads(True))
+                else:
+                    if tidx % 128 < 32:
+                        cute.arch.barrier_arrive(barrier_id=O_TURN_BARRIER_BASE, number_of_threads=turn_threads(False))
         out_args = (
             gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, o_turn,
         )  # fmt: skip
@@ -1696,7 +1702,7 @@ class RaggedForwardSm90(MmaMainloops):
         self.reader_walk(handoff, mask_numbers, self.mma_tile, run_args, q_state, kv_state, wg_idx)
         if const_expr(self.o_turns):
             if wg_idx == 0:  # the turn the last epilogue passed on: every arrival meets its wait
-                cute.arch.barrier(barrier_id=O_TURN_BARRIER_BASE, number_of_threads=128 + 32)
+                cute.arch.barrier(barrier_id=O_TURN_BARRIER_BASE, number_of_threads=turn_threads(self.o_turn_every_thread))
         if const_expr(self.tma_o_store):
             if tidx % 128 < 32:  # this warpgroup's last O store has read sO before the CTA exits
                 cute.arch.cp_async_bulk_wait_group(0, read=True)

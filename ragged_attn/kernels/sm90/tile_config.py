@@ -64,6 +64,13 @@ class TileConfig:
     # store and early_q_release stay on) where a whole tile's O beside Q and the K/V stages does
     # not fit (d192: Q 48 + K 2 x 48 + V 2 x 32 + O 16 KiB).
     o_turns: bool = False
+    # With o_turns: every thread of a warpgroup passes its turn at sO (the storing warp after its TMA
+    # store has read sO), not the storing warp alone under its branch, which made ptxas keep the MMA
+    # warpgroups' K/V pipeline state in per-thread registers: d192 causal's interior loop built its
+    # WGMMA descriptors with 44 IMAD and 40 R2UR, 567 instructions; with every thread, 514 and
+    # uniform descriptors, as d192 without o_turns (510; static SASS, 2026-12-04). A measurement
+    # variant (unmeasured on the device).
+    o_turn_every_thread: bool = False
     # L2 groups of long sequences (tile_scheduler.l2_group) counted in K/V heads, FA3's count; off:
     # in query heads, as if each read K/V of its own (fewer heads per group under GQA). Measured
     # (session 7): within noise; kept off for measurement only.
