@@ -330,6 +330,13 @@ def _allowed(i, j, lq, lk, off, left, right):
     return j < lk and (left is None or j >= i + off - left) and (right is None or j <= i + off + right)
 
 
+def _random_masks(r, lq_max, lk_min, lk_max):
+    """A random (len_q, len_k, off, left, right): both causal alignments, windows or none."""
+    lq, lk = r.randint(1, lq_max), r.randint(lk_min, lk_max)
+    off = r.choice([0, lk - lq])
+    return lq, lk, off, r.choice([None, 0, 5, 200]), r.choice([None, 0, 3, 150])
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_unmasked_range_is_exactly_the_blocks_without_a_masked_element(seed):
     """The mainloop's branch-free loop runs blocks [n_lo, n_hi) without mask code: those must be
@@ -337,10 +344,7 @@ def test_unmasked_range_is_exactly_the_blocks_without_a_masked_element(seed):
     also where needs_mask says no."""
     r = random.Random(1000 + seed)
     tm, tn = r.choice([128, 192]), r.choice([128, 80, 176, 192])
-    lq, lk = r.randint(1, 600), r.randint(0, 800)
-    off = r.choice([0, lk - lq])
-    left = r.choice([None, 0, 5, 200])
-    right = r.choice([None, 0, 3, 150])
+    lq, lk, off, left, right = _random_masks(r, 600, 0, 800)
     for mb in range((lq + tm - 1) // tm):
         n_lo, n_hi = unmasked_range_ref(tm, tn, mb, lk, off, left, right)
         for nb in range(-(-lk // tn) + 1):
@@ -367,10 +371,7 @@ def test_fences_cover_exactly_the_gathered_stages(seed):
     tm, tn = 128, 128
     checked = 0
     for _ in range(40):
-        lq, lk = r.randint(1, 700), r.randint(1, 1100)
-        off = r.choice([0, lk - lq])
-        left = r.choice([None, 0, 5, 200])
-        right = r.choice([None, 0, 3, 150])
+        lq, lk, off, left, right = _random_masks(r, 700, 1, 1100)
         for mb in range((lq + tm - 1) // tm):
             n_min, n_max = block_range_ref(tm, tn, mb, lq, lk, off, left, right)
             n_lo, n_hi = unmasked_range_ref(tm, tn, mb, lk, off, left, right)
@@ -396,10 +397,7 @@ def test_block_range_covers_every_allowed_pair(seed):
     """Every allowed (row, key) of a tile lies in [n_min, n_max) blocks; the range is tight at the ends."""
     r = random.Random(seed)
     tm, tn = 128, (128, 80, 192)[seed % 3]  # the tile_n of the classes
-    lq, lk = r.randint(1, 700), r.randint(0, 900)
-    off = r.choice([0, lk - lq])
-    left = r.choice([None, 0, 5, 200])
-    right = r.choice([None, 0, 3, 150])
+    lq, lk, off, left, right = _random_masks(r, 700, 0, 900)
     for mb in range((lq + tm - 1) // tm):
         n_min, n_max = block_range_ref(tm, tn, mb, lq, lk, off, left, right)
         rows = range(mb * tm, min((mb + 1) * tm, lq))
