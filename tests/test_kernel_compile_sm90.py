@@ -362,7 +362,7 @@ def test_fences_cover_exactly_the_gathered_stages(seed):
     """TileConfig.paged_fence_gathered_only (mainloop.overlap_fences_ref, the overlapped mainloop's
     waits): over random tiles, warpgroup block ranges (wg_skip's sub-ranges, split-KV's shares) and
     masks, every K or V stage a GEMM reads was fenced after its wait exactly where the producer
-    gathered it (forward.box_block: the launch takes no boxes, or the block crosses len_k), so a
+    gathered it (paged_producer.box_block: the launch takes no boxes, or the block crosses len_k), so a
     boxed launch's interior runs without a fence and no gathered stage reaches WGMMA unfenced;
     with kv_boxed None every wait fences (the shipped classes)."""
     from ragged_attn.kernels.sm90.mainloop import overlap_fences_ref

@@ -55,6 +55,13 @@ Structure (FA4's Hopper forward taught the tile; FA3's varlen scheduler the pers
   (multiples of 8). TMA descriptors carry the real extents, so Q/K/V columns past them arrive as
   zeros (they add 0 to Q K^T and to the unused O columns), and the O store skips them.
 
+Modules: this one holds the host side (descriptors, the launch's tile counts), the kernel's
+prologue (barriers, pipelines, the batch order), the persistent schedule (tickets, decode, the
+hand-over to the MMA warpgroups) and the MMA warpgroups' per-tile driver (`mma_tile`); the
+warpgroups' work is in mixins: producer.py (Q loads, the ragged K/V TMA loads), paged_producer.py
+(the paged classes' K/V), mainloop.py (the MMA warpgroups' key-block loops), with epilogue.py (O and
+LSE stores), tile_scheduler.py and block_info.py (the tile and block arithmetic).
+
 Contract rules for this module (tests/gpu/test_kernel_sm90.py checks them):
 1. Rows past len_q are never stored; key columns past len_k never reach the softmax.
 2. Fully masked rows (len_k = 0, window misses) give O = 0 and LSE = -inf, never NaN.
@@ -74,32 +81,31 @@ import cutlass.memory
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_helpers
 from cutlass import Float32, Int32, Int64, const_expr
-from cutlass._mlir.dialects import nvvm as _nvvm
-from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from .block_info import UNBOUNDED, BlockInfo
 from .epilogue import lse_index, store_tile, turn_threads
 from .mainloop import SCHED_BARRIER_BASE, MmaMainloops
-from .paged_kv import BOX_ROWS, PRODUCER_THREADS, PagedKV, make_gather_copy, make_page_box_tma, make_page_rows_tma
+from .paged_kv import PRODUCER_THREADS, make_gather_copy, make_page_box_tma, make_page_rows_tma
+from .paged_producer import PagedProducer
+from .producer import TmaProducer
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes, tile_words
 from .tile_scheduler import (
-    PACK_MIN_SAVING, ROW_BLOCK, decode_tile, item_shift, kv_head, slot_slack, tile_item, tile_items, tile_rows,
+    PACK_MIN_SAVING,
+    ROW_BLOCK,
+    decode_tile,
+    item_shift,
+    slot_slack,
+    tile_item,
+    tile_items,
+    tile_rows,
     total_tiles,
 )  # fmt: skip
 
 LOG2_E = math.log2(math.e)
-
-
-@dsl_user_op
-def cp_async_mbarrier_arrive_inc(mbar_ptr, *, loc=None, ip=None) -> None:
-    """cp.async.mbarrier.arrive.shared::cta.b64 (without .noinc): the mbarrier's pending count
-    goes up by one now and down by one once this thread's earlier cp.async copies have landed (no
-    net change; PTX ISA), so a phase that counts one arrival can wait on a warp's copies."""
-    _nvvm.cp_async_mbarrier_arrive(mbar_ptr.to_llvm_ptr(loc=loc, ip=ip), noinc=False, loc=loc, ip=ip)
 
 
 EPILOGUE_BARRIER_ID = 1  # named barrier over the MMA threads; id 0 is __syncthreads
@@ -127,7 +133,7 @@ def make_smem_layout(dtype, rows: int, cols: int, stages: Optional[int] = None, 
     return cute.tile_to_shape(atom, (rows, cols, stages), order)
 
 
-class RaggedForwardSm90(MmaMainloops):
+class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
     """One instance per layout class; `__call__` is the `@cute.jit` host entry."""
 
     producer_regs = 24
@@ -957,41 +963,6 @@ class RaggedForwardSm90(MmaMainloops):
         )  # fmt: skip
         return block_info.for_split(split, num_splits)
 
-    # ------------------------------------------------------------------ producer warp
-    @cute.jit
-    def load(
-        self,
-        q_tma,  # (tma_Q, tma_Qw, tma_atom_Qw): load_q
-        tma_K: cute.Tensor,
-        tma_V: cute.Tensor,
-        sQ: cute.Tensor,
-        sK: cute.Tensor,
-        sV: cute.Tensor,
-        tma_atom_Q: cute.CopyAtom,
-        tma_atom_K: cute.CopyAtom,
-        tma_atom_V: cute.CopyAtom,
-        pipe_q: pipeline.PipelineTmaAsync,
-        pipe_k: pipeline.PipelineTmaAsync,
-        pipe_v: pipeline.PipelineTmaAsync,
-        sched,
-        mask_numbers,
-        handoff,
-        lse_args,
-    ):
-        """Producer warp: for each of this CTA's tiles, decode it (the whole warp searches
-        cu_seqlens_q) and hand the decoded tile to the MMA warpgroups, then load K of its last key
-        block, Q (once the MMA warpgroups released the previous tile's Q), V and the other blocks,
-        last first. The K/V stages run on across tiles, so the next tile's first blocks load while
-        the MMA warpgroups finish the current one. A tile without query rows (per-sequence slots
-        past len_q) only gets its padded LSE rows' -inf, written here. Then the next index
-        (`next_tile`); past the last, a tile with go = 0 tells the MMA warpgroups to stop."""
-        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
-        loads = (q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched)
-        self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_tile, loads, q_state, kv_state)
-        if const_expr(self.pack_rows):
-            cute.arch.cp_async_wait_group(0)  # the Q row gathers have landed before the warp exits
-
     def unsplit_unpacked(self, sched, handoff, loads):
         """(sched, handoff, loads) of a launch without split-KV and without row packing, their
         num_splits and row_mult the trace-time constant 1 (the walks' fast copy, `producer_walk`)."""
@@ -1193,431 +1164,6 @@ class RaggedForwardSm90(MmaMainloops):
                         if row < lse_s_max:
                             idx = lse_index(seqlen, batch_idx, head_idx, row, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
                             mLSE[idx] = -Float32.inf
-
-    @cute.jit
-    def load_q(
-        self, q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, unit: Int32, pack_r: Int32,
-        items=(), row_mult=1,
-    ):  # fmt: skip
-        """Q of a tile into Q buffer q_state.index: one TMA load of tile_m rows of one head
-        (unpacked), or (packed, q_tma's per-warpgroup atom) one load per MMA warpgroup of its
-        item's 64 rows (a row block of one query head, tile_scheduler.tile_item) into its slice,
-        all on that stage's barrier (whose transaction count is the whole buffer's). Rows past
-        len_q arrive too (the next sequence's, or zeros past the tensor): nothing stores them."""
-        tma_Q, tma_Qw, tma_atom_Qw, mQ = q_tma
-        if const_expr(self.pack_rows and not isinstance(row_mult, int)):
-            # Row packing possible (run-time row_mult); the constant 1 (the walks' unsplit,
-            # unpacked copy) takes the TMA paths below.
-            self.load_q_rows_or_tile(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, row_mult, pack_r, items)
-        elif const_expr(self.pack_gqa):
-            pipe_q.producer_acquire(q_state)
-            if pack_r != 1:
-                self.load_q_items(tma_Qw, sQ, tma_atom_Qw, pipe_q, q_state, seqlen, items)
-            else:
-                self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
-        else:
-            pipe_q.producer_acquire(q_state)
-            self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
-
-    @cute.jit
-    def load_q_rows_or_tile(
-        self, q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, unit: Int32, row_mult: Int32,
-        pack_r: Int32, items,
-    ):  # fmt: skip
-        """Q of a tile of a pack_rows class (the whole producer warp 0; the Q stage's full barrier
-        counts one arrival, as every class's): row packing (row_mult > 1) gathers the tile's
-        packed rows that exist (`gather_q_rows`), each lane arriving through
-        cp.async.mbarrier.arrive without .noinc (it adds its own pending arrival, taken when its
-        copies land: no net change) and lane 0 then arriving once (after a warp sync, so every
-        lane's increment precedes it); else Q by TMA exactly as the classes without row packing
-        (producer_acquire: lane 0 arrives expecting the stage's bytes)."""
-        tma_Q, tma_Qw, tma_atom_Qw, mQ = q_tma
-        if row_mult != 1:
-            pipe_q.sync_object_empty.wait(q_state.index, q_state.phase)
-            bar = pipe_q.producer_get_barrier(q_state)
-            self.gather_q_rows(mQ, sQ[None, None, q_state.index], seqlen, tile, unit, row_mult)
-            cute.arch.cp_async_commit_group()
-            cp_async_mbarrier_arrive_inc(bar)
-            cute.arch.sync_warp()
-            if cute.arch.lane_idx() == 0:
-                cute.arch.mbarrier_arrive(bar)
-        else:
-            pipe_q.producer_acquire(q_state)
-            if const_expr(self.pack_gqa):
-                if pack_r != 1:
-                    self.load_q_items(tma_Qw, sQ, tma_atom_Qw, pipe_q, q_state, seqlen, items)
-                else:
-                    self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
-            else:
-                self.load_q_tile(tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit)
-
-    @cute.jit
-    def gather_q_rows(self, mQ: cute.Tensor, sQ_stage: cute.Tensor, seqlen: SeqlenInfo, tile: Int32, unit: Int32, g: Int32):
-        """Producer warp 0: cp.async the packed rows [tile * tile_m, min((tile + 1) * tile_m, g len_q))
-        of K/V head `unit` into the Q stage sQ_stage (tile_m, d_qk): packed row m is token m // g of
-        query head unit * g + m % g (tile_scheduler.py). Rows past g len_q are not loaded where a
-        whole pass of rows lies past it (their stale contents stay in their own rows of S, P and O,
-        which are never stored), zero-filled in the last pass; columns past the real head dim are
-        zero-filled (they meet K's zero columns: 0, never 0 * NaN)."""
-        elems = 128 // self.dtype.width
-        elem_bytes = self.dtype.width // 8
-        chunks = self.d_qk // elems
-        tpr = next(t for t in (8, 4, 2, 1) if chunks % t == 0)
-        rows_per_pass = 32 // tpr
-        assert self.tile_m % rows_per_pass == 0
-        atom = cute.make_copy_atom(
-            cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.dtype, num_bits_per_copy=128
-        )
-        thr_layout = cute.make_ordered_layout((rows_per_pass, tpr), order=(1, 0))
-        tiled_copy = cute.make_tiled_copy_tv(atom, thr_layout, cute.make_layout((1, elems)))
-        thr_copy = tiled_copy.get_slice(cute.arch.lane_idx())
-        # This lane's row of a pass and its columns (the same in every pass).
-        tXcX = thr_copy.partition_S(cute.make_identity_tensor((rows_per_pass, self.d_qk)))
-        row_in_pass = tXcX[0, 0, 0][0]
-        d_real = cute.size(mQ.shape[2])
-        first = tile * self.tile_m
-        rows_here = cutlass.min(seqlen.len_q * g - first, self.tile_m)
-        # Passes of rows_per_pass rows while a row of the pass exists (a run-time loop: the
-        # producer warp's 24-32 registers hold one pass's addresses).
-        for m in cutlass.range((rows_here + rows_per_pass - 1) // rows_per_pass, unroll=1):
-            tXsX = thr_copy.partition_D(cute.local_tile(sQ_stage, (rows_per_pass, self.d_qk), (m, 0)))
-            row_in_tile = m * rows_per_pass + row_in_pass
-            exists = row_in_tile < rows_here
-            p = first + cutlass.min(row_in_tile, rows_here - 1)  # an existing row's address
-            tok = p // g
-            head = unit * g + (p - tok * g)
-            row_addr = (mQ.iterator + cute.crd2idx((seqlen.offset_q + tok, head, 0), mQ.layout)).toint()
-            for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
-                col = tXcX[0, 0, k][1]
-                src_ptr = cute.make_ptr(
-                    self.dtype, row_addr + Int64(col * elem_bytes), cute.AddressSpace.gmem, assumed_align=16
-                )
-                src = cute.make_tensor(src_ptr, tXsX[None, 0, k].layout)
-                pred = cute.make_fragment_like(tXsX[(0, None), 0, k], cutlass.Boolean)
-                pred.fill(exists & (col < d_real))
-                cute.copy(tiled_copy, src, tXsX[None, 0, k], pred=pred)
-
-    @cute.jit
-    def load_q_tile(self, tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, tile: Int32, head_idx: Int32):
-        """One TMA load of rows tile * tile_m .. of query head head_idx (an unpacked tile)."""
-        gQ = cute.local_tile(
-            cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]), (self.tile_m, self.d_qk), (tile, 0)
-        )
-        tQsQ, tQgQ = cpasync.tma_partition(
-            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
-        )
-        cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
-
-    @cute.jit
-    def load_q_items(self, tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, items):
-        """One TMA load per MMA warpgroup of its item's 64 rows (a packed tile; items: the tile's
-        `items_of` words)."""
-        sQ_stage = sQ[None, None, q_state.index]
-        for w in cutlass.range_constexpr(self.num_mma_warpgroups):
-            row_block, head_idx = items[2 * w], items[2 * w + 1]
-            gQ = cute.local_tile(
-                cute.domain_offset((seqlen.offset_q, 0), tma_Q[None, None, head_idx]),
-                (ROW_BLOCK, self.d_qk),
-                (row_block, 0),
-            )
-            tQsQ, tQgQ = cpasync.tma_partition(
-                tma_atom_Q, 0, cute.make_layout(1),
-                cute.group_modes(cute.local_tile(sQ_stage, (ROW_BLOCK, self.d_qk), (w, 0)), 0, 2),
-                cute.group_modes(gQ, 0, 2),
-            )  # fmt: skip
-            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
-
-    @cute.jit
-    def load_tile(
-        self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
-        q_state, kv_state, items=(),
-    ):  # fmt: skip
-        """Producer warp 0 (ragged): TMA loads of one tile's key blocks, last first, and Q after
-        the first block's K (or alone when the tile sees no key). Returns (q_state, kv_state)."""
-        q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched = loads
-        pack_r, ratio, row_mult = sched[2], sched[3], sched[12]
-        head_kv = kv_head(unit, pack_r, ratio, row_mult)
-        gK = cute.local_tile(
-            cute.domain_offset((seqlen.offset_k, 0), tma_K[None, None, head_kv]),
-            (self.tile_n, self.d_qk),
-            (None, 0),
-        )
-        gV = cute.local_tile(
-            cute.domain_offset((seqlen.offset_k, 0), tma_V[None, None, head_kv]),
-            (self.tile_n, self.d_v),
-            (None, 0),
-        )
-        tKsK, tKgK = cpasync.tma_partition(
-            tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2)
-        )
-        tVsV, tVgV = cpasync.tma_partition(
-            tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2)
-        )
-        n_block_min, n_block_max = block_info.n_block_range()
-        n_blocks = n_block_max - n_block_min
-        # Block i (i = 0 .. n_blocks - 1) is key block n_block_max - 1 - i; Q goes after block 0's K
-        # (or alone when the tile sees no key; before it with q_first).
-        if const_expr(self.q_first):
-            self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
-        else:
-            if n_blocks <= 0:
-                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
-        for i in cutlass.range(n_blocks, unroll=1):
-            n_block = n_block_max - 1 - i
-            pipe_k.producer_acquire(kv_state)
-            cute.copy(
-                tma_atom_K,
-                tKgK[None, n_block],
-                tKsK[None, kv_state.index],
-                tma_bar_ptr=pipe_k.producer_get_barrier(kv_state),
-            )
-            if const_expr(not self.q_first):
-                if i == 0:
-                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
-            pipe_v.producer_acquire(kv_state)
-            cute.copy(
-                tma_atom_V,
-                tVgV[None, n_block],
-                tVsV[None, kv_state.index],
-                tma_bar_ptr=pipe_v.producer_get_barrier(kv_state),
-            )
-            kv_state.advance()
-        q_state.advance()
-        return q_state, kv_state
-
-    @cute.jit
-    def load_paged(
-        self,
-        q_tma,  # (tma_Q, tma_Qw, tma_atom_Qw): load_q
-        mK: cute.Tensor,  # (num_pages, page_size, H_kv, d_qk)
-        mV: cute.Tensor,  # (num_pages, page_size, H_kv, d_v)
-        mPageTable: cute.Tensor,  # (B, max_pages) int32
-        sQ: cute.Tensor,
-        sK: cute.Tensor,
-        sV: cute.Tensor,
-        tma_atom_Q: cute.CopyAtom,
-        gather_copy: cute.TiledCopy,
-        pipe_q: pipeline.PipelineTmaAsync,
-        pipe_k: pipeline.PipelineCpAsync,
-        pipe_v: pipeline.PipelineCpAsync,
-        sched,
-        mask_numbers,
-        handoff,
-        lse_args,
-        warp_idx: Int32,
-        boxes,  # (tma_atom_Kb, tma_Kb, tma_atom_Vb, tma_Vb, then page_tma_small's four): box copies, else Nones
-    ):
-        """Producer warpgroup of the paged class, on the dynamic schedule of the ragged one: warp 0
-        takes the tickets, decodes each tile (the whole warp searches cu_seqlens_q) and hands it
-        to the MMA warpgroups and to producer warps 1-3 through the tile pipeline (a tile without
-        query rows only gets its padded LSE rows' -inf, from warp 0); then all 128 threads gather
-        the tile's key blocks (`load_paged_tile`). Past the last tile, go = 0 stops everyone."""
-        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
-        loads = (
-            q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes,
-        )  # fmt: skip
-        if warp_idx == 0:
-            self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_paged_tile, loads, q_state, kv_state)
-        else:
-            self.reader_walk(handoff, mask_numbers, self.load_paged_tile, loads, q_state, kv_state, sched=sched)
-        cute.arch.cp_async_wait_group(0)
-
-    @cute.jit
-    def load_paged_tile(
-        self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
-        q_state, kv_state, items=(),
-    ):  # fmt: skip
-        """All 128 producer threads: gather each key block's K and V rows of one tile (last block
-        first, as the MMA warpgroups consume), or with page_tma, where the page size allows, let
-        warp 0 bring the blocks wholly inside len_k as TMA boxes (paged_kv.py); warp 0 issues Q's
-        TMA first (q_first) or after its share of the first K block. Returns (q_state, kv_state)."""
-        q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
-        pack_r, ratio, row_mult = sched[2], sched[3], sched[12]
-        tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
-        # q_first: Q's TMA before anything else of the tile (the gather's page divisor and first
-        # page-table reads come after it).
-        if const_expr(self.q_first):
-            if warp_idx == 0:
-                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
-        head_kv = kv_head(unit, pack_r, ratio, row_mult)
-        kv = PagedKV.create(
-            mK, mV, mPageTable, batch_idx, head_kv, seqlen.len_k, tidx, gather_copy,
-            self.dtype, self.tile_n, self.d_qk, self.d_v, self.page_tma if self.page_tma else BOX_ROWS,
-            self.page_box_warps, self.page_tma_rows,
-        )  # fmt: skip
-        box_ok = self.box_kind(mK, mV)
-        n_block_min, n_block_max = block_info.n_block_range()
-        n_blocks = n_block_max - n_block_min
-        if n_blocks > 0:
-            self.fetch_block_pages(kv, box_ok, n_block_max - 1, seqlen.len_k)
-        # Without q_first, Q goes after warp 0's share of block 0's K (or alone when the tile sees
-        # no key).
-        if const_expr(not self.q_first):
-            if n_blocks <= 0:
-                if warp_idx == 0:
-                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
-        for i in cutlass.range(n_blocks, unroll=1):
-            n_block = n_block_max - 1 - i
-            block = (loads, kv, box_ok, head_kv, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items)
-            if const_expr(self.page_tma_small):
-                kind = self.box_block(box_ok, n_block, seqlen.len_k)
-                if kind == 1:
-                    self.load_paged_block(block, 1)
-                elif kind == 2:
-                    self.load_paged_block(block, 2)
-                else:
-                    self.load_crossing_or_gathered(block, kind)
-            elif const_expr(self.page_tma):
-                if self.box_block(box_ok, n_block, seqlen.len_k) != 0:
-                    self.load_paged_block(block, True)
-                else:
-                    self.load_paged_block(block, False)
-            else:
-                self.load_paged_block(block, False)
-            kv_state.advance()
-        q_state.advance()
-        return q_state, kv_state
-
-    @cute.jit
-    def load_crossing_or_gathered(self, block, kind: Int32):
-        """A block `box_block` did not give whole boxes: with page_box_crossing, kind 3 (the block
-        crossing len_k, its whole runs by boxes); else the gather."""
-        if const_expr(self.page_box_crossing):
-            if kind == 3:
-                self.load_paged_block(block, 3)
-            else:
-                self.load_paged_block(block, 0)
-        else:
-            self.load_paged_block(block, 0)
-
-    @cute.jit
-    def load_paged_block(self, block, by_box: cutlass.Constexpr[int]):
-        """Block i of a paged tile (key block n_block): K then V, by the 128 threads' cp.async
-        gather, or (by_box: a block wholly inside len_k) by warp 0's TMA boxes, page_tma's (1) or
-        page_tma_small's (2); the next block's page-table reads start before the stage waits, Q
-        goes after K where not q_first."""
-        loads, kv, box_ok, head_kv, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items = block
-        q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
-        page, slot = None, None
-        if const_expr(by_box):
-            page, slot = kv.box_pages[0], kv.box_slots[0]  # read before the next block's fetch replaces them
-        if const_expr(by_box == 0 or by_box == 3):
-            kv.resolve_rows(n_block)
-        if i + 1 < n_blocks:
-            self.fetch_block_pages(kv, box_ok, n_block - 1, seqlen.len_k)  # in flight during the waits
-        stage = (kv, kv_state, n_block, head_kv, warp_idx, page, slot)
-        box = boxes[4:] if const_expr(by_box >= 2) else boxes[:4]
-        self.load_paged_stage(stage, pipe_k, sK, box[0], box[1], self.bytes_k, self.d_qk, True, by_box)
-        if const_expr(not self.q_first):
-            if i == 0:
-                if warp_idx == 0:
-                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items, sched[12])
-        self.load_paged_stage(stage, pipe_v, sV, box[2], box[3], self.bytes_v, self.d_v, False, by_box)
-
-    @cute.jit
-    def load_paged_stage(
-        self, stage, pipe, sX, box_atom, box_coords, nbytes: cutlass.Constexpr[int], d: cutlass.Constexpr[int],
-        is_k: cutlass.Constexpr[bool], by_box: cutlass.Constexpr[int],
-    ):  # fmt: skip
-        """One K or V stage of `load_paged_block`: acquire it, then warp 0's TMA boxes (by_box 1:
-        page_tma's, 2: page_tma_small's; the box's expected bytes on the stage barrier) or the 128
-        threads' cp.async gather, committed."""
-        kv, kv_state, n_block, head_kv, warp_idx, page, slot = stage
-        pipe.producer_acquire(kv_state)
-        if const_expr(by_box == 3):
-            # The crossing block (page_box_crossing): its whole runs by boxes, the rest gathered.
-            chunks = (kv.len_k - n_block * self.tile_n) // self.page_tma_small
-            kv.load_boxes_covered(
-                box_atom, self.box_head(box_coords, head_kv), sX[None, None, kv_state.index],
-                pipe.producer_get_barrier(kv_state), d, warp_idx, page, slot, self.page_tma_small, chunks,
-            )  # fmt: skip
-            kv.load(n_block, sX[None, None, kv_state.index], is_k, chunks * self.page_tma_small)
-            cute.arch.cp_async_commit_group()
-            pipe.producer_commit(kv_state)
-        elif const_expr(by_box):
-            kv.load_boxes(
-                box_atom, self.box_head(box_coords, head_kv), sX[None, None, kv_state.index],
-                pipe.producer_get_barrier(kv_state), nbytes, d, warp_idx, page, slot,
-                self.page_tma_small if const_expr(by_box == 2) else 0,
-            )  # fmt: skip
-        else:
-            kv.load(n_block, sX[None, None, kv_state.index], is_k)
-            cute.arch.cp_async_commit_group()
-            pipe.producer_commit(kv_state)
-
-    @cute.jit
-    def box_kind(self, mK: cute.Tensor, mV: cute.Tensor) -> Int32:
-        """How this launch's pools bring the key blocks wholly inside len_k (the producer's
-        `box_block`, and the MMA warpgroups' fences with fence_gathered_only): 1 page_tma's boxes,
-        2 page_tma_small's, 0 the gather. Boxes need a page size that is a multiple of a box and
-        pools as wide as the class (page_tma_rows: pages that are contiguous runs of rows too)."""
-        box_ok = Int32(0)
-        if const_expr(self.page_tma):
-            box_ok = Int32(
-                (cute.size(mK.shape[1]) % self.page_tma == 0)
-                & (cute.size(mK.shape[3]) == self.d_qk)
-                & (cute.size(mV.shape[3]) == self.d_v)
-            )
-        rows_ok = Int32(1)
-        if const_expr(self.page_tma_rows):
-            ps = cute.size(mK.shape[1])
-            rows_ok = Int32(
-                (mK.layout.stride[0] == ps * mK.layout.stride[1]) & (mV.layout.stride[0] == ps * mV.layout.stride[1])
-            )
-            box_ok = box_ok * rows_ok
-        if const_expr(self.page_tma_small):
-            small_ok = Int32(
-                (cute.size(mK.shape[1]) % self.page_tma_small == 0)
-                & (cute.size(mK.shape[3]) == self.d_qk)
-                & (cute.size(mV.shape[3]) == self.d_v)
-            )
-            box_ok = box_ok + (1 - box_ok) * small_ok * rows_ok * 2
-        return box_ok
-
-    def box_head(self, box_coords: cute.Tensor, head_kv: Int32) -> cute.Tensor:
-        """One K/V head's box coordinates: (page_size, d, num_pages), or the rows view's (64, 8,
-        d / 64, row groups) (page_tma_rows)."""
-        if const_expr(self.page_tma_rows):
-            return box_coords[None, None, None, None, head_kv]
-        return box_coords[None, None, head_kv, None]
-
-    @cute.jit
-    def box_block(self, box_ok: Int32, n_block: Int32, len_k: Int32) -> Int32:
-        """Non-zero where key block n_block arrives as TMA boxes (box_ok's kind: 1 page_tma's, 2
-        page_tma_small's): page_tma, box_ok, and wholly inside len_k."""
-        by_box = Int32(0)
-        if const_expr(self.page_tma):
-            by_box = box_ok * Int32((n_block + 1) * self.tile_n <= len_k)
-        if const_expr(self.page_box_crossing):
-            # 3: the block crossing len_k with at least one whole small run inside it
-            rows = len_k - n_block * self.tile_n
-            crossing = Int32((rows < self.tile_n) & (rows >= self.page_tma_small) & (box_ok != 0))
-            by_box = by_box + crossing * 3
-        return by_box
-
-    @cute.jit
-    def fetch_block_pages(self, kv: PagedKV, box_ok: Int32, n_block: Int32, len_k: Int32):
-        """Start the page-table reads of key block n_block: its boxes' pages (`box_block`) or this
-        thread's gather rows'."""
-        if const_expr(self.page_tma_small):
-            kind = self.box_block(box_ok, n_block, len_k)
-            if kind == 1:
-                kv.fetch_box_pages(n_block)
-            elif kind == 2:
-                kv.fetch_box_pages(n_block, self.page_tma_small)
-            else:
-                if const_expr(self.page_box_crossing):
-                    if kind == 3:  # the crossing block: its runs' boxes and the rest's rows
-                        kv.fetch_box_pages(n_block, self.page_tma_small)
-                kv.fetch_pages(n_block)
-        elif const_expr(self.page_tma):
-            if self.box_block(box_ok, n_block, len_k) != 0:
-                kv.fetch_box_pages(n_block)
-            else:
-                kv.fetch_pages(n_block)
-        else:
-            kv.fetch_pages(n_block)
 
     # ------------------------------------------------------------------ MMA warpgroups
     @cute.jit

@@ -346,7 +346,7 @@ class MmaMainloops:
 
     @cute.jit
     def stage_gathered(self, kv_boxed, n_block: Int32, len_k: Int32):
-        """Whether the gather wrote key block n_block's stages (forward.box_block's complement):
+        """Whether the gather wrote key block n_block's stages (paged_producer.box_block's complement):
         True (trace time) without kv_boxed; else the launch's pools take no boxes or the block
         crosses len_k."""
         if const_expr(kv_boxed is None):

@@ -19,7 +19,7 @@ Facts this module relies on (FA4's PagedKVManager taught the row-gather idea):
   do). Those rows still get an in-range address: their token is clamped to len_k - 1 so the page
   table is never read past the pages the sequence owns.
 - The writes are generic-proxy; the MMA warpgroups fence (`fence.proxy.async.shared::cta`) after
-  each wait before WGMMA reads the tile (forward.py, `kv_wait`).
+  each wait before WGMMA reads the tile (mainloop.py, `kv_wait`).
 - TMA boxes (TileConfig.page_tma = box_rows keys, 128 in the d64 .. d192 classes, one box per
   stage; page_tma_small 16 for the other multiples of 16): where the page size is a multiple of
   box_rows and the pool is as wide as the class, a key block wholly inside len_k arrives as tile_n /
