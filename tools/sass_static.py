@@ -4,9 +4,14 @@ holds MUFU.EX2 (the softmax loops of the MMA warpgroups): instructions by opcode
 barrier counts, and the loop's length. Predict a kernel change's instruction cost here before
 spending device time on it (the device's METHOD.md: count first, predict, then measure).
 
-Usage: python tools/sass_static.py D_QK MASK [FIELD=VALUE,...] [--kv ragged|paged] [--listing FILE]
+Usage: python tools/sass_static.py D_QK MASK [FIELD=VALUE,...] [--kv ragged|paged] [--flags softcap,sinks]
+       [--listing FILE]
   e.g. python tools/sass_static.py 128 causal
        python tools/sass_static.py 64 causal tile_n=64,num_stages=6
+       python tools/sass_static.py 128 causal --kv paged --flags softcap,sinks
+R2UR in a loop's summary (per-thread values moved to uniform registers, e.g. WGMMA descriptors built
+in the vector datapath) marks a loop whose pipeline state ptxas could not keep uniform (session 15:
+the d192 classes' O turns passed under one warp's branch, tile_config.o_turn_every_thread).
 Needs nvdisasm: NVDISASM=/path/to/nvdisasm, else `nvdisasm` on PATH (pip download
 nvidia-cuda-nvdisasm --no-deps, unzip, nvidia/cu13/bin/nvdisasm). Sets CUTE_DSL_ARCH=sm_90a.
 Loops are found from backward branches (a BRA to a label above it); nested loops print separately.
@@ -33,14 +38,15 @@ _LABEL = re.compile(r"^(\.L_x_\d+):")
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 
 
-def compile_cubin(d_qk: int, mask: str, kv: str, fields: dict, out_dir: str) -> str:
-    """The class's cubin path (compiled with its tile config, `fields` replaced)."""
+def compile_cubin(d_qk: int, mask: str, kv: str, fields: dict, out_dir: str, flags: tuple = ()) -> str:
+    """The class's cubin path (compiled with its tile config, `fields` replaced; flags: the class's
+    optional flags, "softcap" / "sinks")."""
     from ragged_attn.kernels.sm90 import compile_forward
     from ragged_attn.kernels.sm90.tile_config import tile_config
     from ragged_attn.layout_class import LayoutClass
 
     d_v = 128 if d_qk == 192 else d_qk
-    lc = LayoutClass("sm_90a", d_qk, d_v, "bf16", "bf16", mask, True, kv)
+    lc = LayoutClass("sm_90a", d_qk, d_v, "bf16", "bf16", mask, True, kv, **{f: True for f in flags})
     config = dataclasses.replace(tile_config(lc), **fields)
     compile_forward(lc, extra_options=f"--keep-cubin --dump-dir {out_dir}", config=config)
     (cubin,) = [os.path.join(out_dir, f) for f in os.listdir(out_dir) if f.endswith(".cubin")]
@@ -79,7 +85,7 @@ def summarize(insns, first: int, last: int) -> str:
     body = insns[first : last + 1]
     ops = collections.Counter(op.split(".")[0] for _, op, _ in body)
     key = {k: ops.get(k, 0) for k in ("HGMMA", "MUFU", "FMNMX", "FFMA", "FMUL", "FADD", "F2FP", "BAR", "SYNCS",
-                                       "WARPGROUP", "SHFL", "BRA")}  # fmt: skip
+                                       "WARPGROUP", "SHFL", "BRA", "R2UR")}  # fmt: skip
     uniform = sum(n for op, n in ops.items() if op.startswith("U"))
     head = f"loop [{first}, {last}]: {len(body)} instructions, uniform datapath {uniform}; " + ", ".join(
         f"{k} {v}" for k, v in key.items()
@@ -94,6 +100,7 @@ def main():
     ap.add_argument("mask", choices=("none", "causal", "window"))
     ap.add_argument("fields", nargs="?", default="", help="TileConfig fields, FIELD=VALUE,...")
     ap.add_argument("--kv", default="ragged", choices=("ragged", "paged"))
+    ap.add_argument("--flags", default="", help="the class's optional flags: softcap, sinks (comma-separated)")
     ap.add_argument("--listing", help="also write the whole disassembly here")
     args = ap.parse_args()
     nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
@@ -101,7 +108,8 @@ def main():
         sys.exit("sass_static: nvdisasm not found (set NVDISASM; see this script's docstring)")
     fields = {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in (kv.split("=") for kv in args.fields.split(",") if kv)}
     with tempfile.TemporaryDirectory() as tmp:
-        cubin = compile_cubin(args.d_qk, args.mask, args.kv, fields, tmp)
+        flags = tuple(f for f in args.flags.split(",") if f)
+        cubin = compile_cubin(args.d_qk, args.mask, args.kv, fields, tmp, flags)
         listing = subprocess.run([nvdisasm, "-c", cubin], check=True, capture_output=True, text=True).stdout
     if args.listing:
         with open(args.listing, "w") as f:
