@@ -14,6 +14,8 @@ Public API (see each docstring for shapes, dtypes, units and errors):
 Drop-in adapters: ragged_attn.compat.flashinfer, .flash_attn, .torch_varlen.
 """
 
+# First: cache_store fingerprints the kernel sources before any kernel module is imported.
+from . import cache_store as _cache_store  # noqa: F401,I001
 from .api import Plan, attention, cache_info, layout_class_of, plan, warmup
 from .torch_op import attention_op
 from .layout_class import LayoutClass

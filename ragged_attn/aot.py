@@ -190,7 +190,9 @@ def resolve_classes(spec: str, arch: str = "sm_90a") -> list[LayoutClass]:
 
 def function_name(layout_class: LayoutClass) -> str:
     """The TVM-FFI function a class's library exports (the compile cache's name for it too)."""
-    return "ragged_attn_" + "".join(c if c.isalnum() else "_" for c in layout_class.name)
+    from .prebuilt import function_name as prebuilt_function_name
+
+    return prebuilt_function_name(layout_class)
 
 
 # ---- toolchain -----------------------------------------------------------------------------------
@@ -495,7 +497,10 @@ def _build_one(job: tuple) -> dict:
     with tempfile.TemporaryDirectory(prefix=".aot-", dir=out_dir) as tmp:
         work = Path(tmp)
         obj = work / f"{lc.name}.o"
-        compile_forward(lc).export_to_c(str(obj), fn_name)
+        from .cache_store import DSL_LOCK
+
+        with DSL_LOCK:  # one DSL compile at a time in this process (build() with jobs=1 runs here)
+            compile_forward(lc).export_to_c(str(obj), fn_name)
         t1 = time.perf_counter()
         lib_tmp = work / f"{lc.name}.so"
         link_library(obj, lib_tmp, tools, cudart, work)
@@ -639,11 +644,19 @@ def main(argv: list[str] | None = None) -> int:
         for lc in classes:
             print(lc.name)
         return 0
+    if not classes:
+        print(f"python -m ragged_attn aot build: --classes {a.classes}: lists no layout class", file=sys.stderr)
+        return 2
     if a.out is None:
         print(
             "python -m ragged_attn aot build: --out DIR is required (only --list runs without it)",
             file=sys.stderr,
         )
+        return 2
+    try:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"python -m ragged_attn aot build: --out {a.out}: cannot make the directory ({e})", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     try:

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import stat
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +32,13 @@ from .layout_class import LayoutClass
 
 FORMAT_VERSION = 1
 KERNELS_ROOT = Path(__file__).resolve().parent / "kernels"
+
+# The CuTe DSL's compile, export and load are not thread-safe (nvidia-cutlass-dsl 4.8.1: two threads
+# compiling at once fail with "Please start a session before accessing session data", a missing
+# MLIR Location, a TypeError, or abort the process). Every DSL compile / export_to_c / load_module
+# in ragged_attn holds this one process-wide lock: the compile cache (each CompileCache instance has
+# its own lock besides), the merge kernel (merge.py) and an in-process aot build.
+DSL_LOCK = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,44 @@ def kernel_source_digest(root: str | os.PathLike | None = None) -> str:
     return h.hexdigest()
 
 
+def kernel_source_stats(root: str | os.PathLike | None = None) -> tuple:
+    """(relative path, size, mtime_ns) of every `*.py` under `root` (default `ragged_attn/kernels/`),
+    sorted: a cheap fingerprint (stat only) of the sources this process's kernel modules were
+    imported from. () when the directory cannot be listed."""
+    base = Path(root) if root is not None else KERNELS_ROOT
+    out = []
+    try:
+        for path in base.rglob("*.py"):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            out.append((path.relative_to(base).as_posix(), st.st_size, st.st_mtime_ns))
+    except OSError:
+        return ()
+    return tuple(sorted(out))
+
+
+# The kernel sources as this process found them when `ragged_attn` was imported (ragged_attn/__init__.py
+# imports this module before anything else, so before any kernel module). A kernel module imported
+# later may read a newer source, but then the sources differ from this snapshot, which
+# `kernel_sources_changed` reports: the compile cache then neither stores nor loads an entry,
+# since the digest it would key it by need not describe the code this process runs.
+KERNEL_SOURCES_AT_IMPORT = kernel_source_stats()
+
+
+def kernel_sources_changed(snapshot: tuple | None = None, root: str | os.PathLike | None = None) -> str | None:
+    """Why the kernel sources differ from `snapshot` (default: as found at `import ragged_attn`),
+    naming up to three files, or None when they are the same (path, size and mtime of every file)."""
+    before = {p: (n, t) for p, n, t in (KERNEL_SOURCES_AT_IMPORT if snapshot is None else snapshot)}
+    now = {p: (n, t) for p, n, t in kernel_source_stats(root)}
+    if before == now:
+        return None
+    changed = sorted(p for p in before.keys() | now.keys() if before.get(p) != now.get(p))
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    return f"{', '.join(changed[:3])}{more} changed since this process imported ragged_attn"
+
+
 def dist_version(name: str) -> str:
     try:
         return importlib.metadata.version(name)
@@ -111,8 +157,9 @@ def load_tvm_ffi_function(object_path: str | os.PathLike, function_name: str) ->
     """
     from cutlass import cute
 
-    module = cute.runtime.load_module(str(object_path), enable_tvm_ffi=True)
-    return getattr(module, function_name)
+    with DSL_LOCK:
+        module = cute.runtime.load_module(str(object_path), enable_tvm_ffi=True)
+        return getattr(module, function_name)
 
 
 def current_uid() -> int | None:
@@ -419,7 +466,8 @@ def write_entry(lc: LayoutClass, entry: EntryPaths, env: BuildEnv, compiled: Any
     remove_stale_temps(entry)
     tmp = entry.directory / f".{entry.object_path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.o"
     try:
-        compiled.export_to_c(str(tmp), entry.function_name)
+        with DSL_LOCK:
+            compiled.export_to_c(str(tmp), entry.function_name)
         os.chmod(tmp, 0o600)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())

@@ -58,6 +58,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,8 @@ CACHE_DIR_ENV = "RAGGED_ATTN_CACHE_DIR"
 DISK_CACHE_ENV = "RAGGED_ATTN_DISK_CACHE"
 # A second process waits this long for the first one's compile before compiling in memory only.
 LOCK_TIMEOUT_S = 900.0
+# After this long waiting for an entry lock, one line on stderr says what the process waits for.
+LOCK_NOTICE_S = 10.0
 _TRUE = ("1", "true", "on", "yes", "")
 _FALSE = ("0", "false", "off", "no")
 
@@ -147,11 +150,15 @@ class CompileCache:
         self._disk = disk
         self._loader = loader if loader is not None else load_tvm_ffi_function
         self._build_env = build_env
+        # An env derived from this installation (not passed in) is checked against the sources'
+        # snapshot at import on every miss (`cache_store.kernel_sources_changed`).
+        self._env_from_install = build_env is None
         self._prebuilt = prebuilt
         self._jit_unavailable = jit_unavailable
         self._lock = threading.RLock()
         self._memory: dict[LayoutClass, Callable] = {}
         self._info = CacheInfo()
+        _INSTANCES.add(self)
 
     # ---- configuration ---------------------------------------------------------------------------
 
@@ -275,6 +282,14 @@ class CompileCache:
         root = self.cache_dir()
         if root is None:
             return self._compile(lc, compile_fn, label)
+        if self._env_from_install:
+            changed = cache_store.kernel_sources_changed()
+            if changed is not None:  # this process may run other code than the sources' digest names
+                self._warn(
+                    f"the kernel sources under {cache_store.KERNELS_ROOT} ({changed}); the disk cache "
+                    f"is off for this process (restart it to use the cache): compiling {lc.name} in memory only"
+                )
+                return self._compile(lc, compile_fn, label)
         try:
             entry = self.entry_paths(lc, root)
             cache_store.prepare_root(root)
@@ -312,6 +327,19 @@ class CompileCache:
         lock = filelock.FileLock(str(entry.lock_path), timeout=LOCK_TIMEOUT_S, mode=0o600)
         for attempt in range(2):
             try:
+                if LOCK_NOTICE_S < LOCK_TIMEOUT_S:
+                    try:
+                        lock.acquire(timeout=LOCK_NOTICE_S)
+                        return lock
+                    except filelock.Timeout:  # another process compiles this class: say so, then wait on
+                        print(
+                            f"ragged_attn: waiting for {entry.lock_path} (another process is compiling or "
+                            f"writing {entry.object_path.stem}); up to {LOCK_TIMEOUT_S - LOCK_NOTICE_S:g} s more",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        lock.acquire(timeout=LOCK_TIMEOUT_S - LOCK_NOTICE_S)
+                        return lock
                 lock.acquire()
                 return lock
             except filelock.Timeout:
@@ -347,7 +375,8 @@ class CompileCache:
         if label is not None:
             print(f"ragged_attn: compiling {label} [{lc.name}] ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        compiled = compile_fn(lc)
+        with cache_store.DSL_LOCK:  # the DSL compiles one thing at a time per process
+            compiled = compile_fn(lc)
         seconds = time.perf_counter() - t0
         self._info = dataclasses.replace(
             self._info, compiles=self._info.compiles + 1, compile_seconds=self._info.compile_seconds + seconds
@@ -379,6 +408,22 @@ class CompileCache:
     @staticmethod
     def _warn(message: str) -> None:
         warnings.warn(f"ragged_attn compile cache: {message}", CompileCacheWarning, stacklevel=5)
+
+
+# Every CompileCache, so that a forked child gets fresh locks: a fork while another thread compiles
+# (holding the cache's lock and DSL_LOCK) would otherwise leave them held forever in the child, whose
+# first miss then hangs. The child keeps the kernels in memory; the compile in flight is not among them.
+_INSTANCES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    cache_store.DSL_LOCK = threading.RLock()
+    for cache in list(_INSTANCES):
+        cache._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # ---- the process-wide default cache ------------------------------------------------------------------

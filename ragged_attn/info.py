@@ -51,4 +51,6 @@ def collect() -> dict[str, str]:
         facts["cache directory"] = str(cache_dir())
     except ImportError as exc:  # compile cache not importable
         facts["cache directory"] = f"unknown ({exc})"
+    except ValueError as exc:  # a bad RAGGED_ATTN_DISK_CACHE: info is where one looks for it
+        facts["cache directory"] = f"invalid setting: {exc}"
     return facts

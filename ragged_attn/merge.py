@@ -259,6 +259,16 @@ def merge_states(v, s, *, lse_base="log2", out=None, s_out=None):
 
 _KERNELS: dict = {}  # MergeKey -> compiled TVM-FFI function (this process only)
 _KERNEL_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _KERNEL_LOCK  # a fork during another thread's compile would leave it held in the child
+    _KERNEL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 _UNAVAILABLE: list = []  # [reason or None] once checked
 
 
@@ -334,9 +344,11 @@ def _kernel_serves(views: list[torch.Tensor], lses: list[torch.Tensor], state_st
 def _compiled(key):
     fn = _KERNELS.get(key)
     if fn is None:
+        from .cache_store import DSL_LOCK
         from .kernels.merge_sm90 import compile_merge
 
-        with _KERNEL_LOCK:
+        # DSL_LOCK: the DSL compiles one thing at a time per process (the compile cache holds it too)
+        with _KERNEL_LOCK, DSL_LOCK:
             fn = _KERNELS.get(key)
             if fn is None:
                 fn = _KERNELS[key] = compile_merge(key)

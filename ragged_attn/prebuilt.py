@@ -134,6 +134,13 @@ def _manifest_reason(manifest: object, env: dict) -> str | None:
     return None
 
 
+def function_name(layout_class: LayoutClass) -> str:
+    """The TVM-FFI function a class's library exports (aot.py builds it; the compile cache names its
+    entries' functions the same way): derived from the class name, so a library exporting it was
+    built for that class."""
+    return "ragged_attn_" + "".join(c if c.isalnum() else "_" for c in layout_class.name)
+
+
 def _entry_of(directory: Path, item: object) -> PrebuiltEntry:
     """A manifest `classes` item as an entry; raises ValueError/TypeError/KeyError when malformed."""
     if not isinstance(item, dict):
@@ -146,6 +153,10 @@ def _entry_of(directory: Path, item: object) -> PrebuiltEntry:
     for name, typ in fields.items():
         if not isinstance(item.get(name), typ):
             raise TypeError(f"field {name!r} is missing or not a {typ.__name__}")
+    if item["function_name"] != function_name(lc):
+        # Another class's function (a hand-merged manifest, a library of another class named here)
+        # would launch with this class's arguments: refused, never loaded.
+        raise ValueError(f"function {item['function_name']!r} is not {lc.name}'s")
     if item["cudart"] not in ("static", "shared"):
         raise ValueError(f"cudart {item['cudart']!r} is neither 'static' nor 'shared'")
     return PrebuiltEntry(
@@ -323,6 +334,15 @@ def _warn(message: str) -> None:
 
 
 _DEFAULT = PrebuiltIndex()
+
+
+def _after_fork_in_child() -> None:
+    # A fork while another thread held the index's lock would leave it held forever in the child.
+    _DEFAULT._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def get_prebuilt(layout_class: LayoutClass) -> Callable | None:

@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"systems to run (default: all: {' '.join(DEFAULT_PEERS)})")
     p.add_argument("--out", type=Path, help="report directory (default: docs/benchmarks/<date>-<gpu>/ under the "
                                             "current folder; printed first)")
-    p.add_argument("--ours-backend", default="auto",
+    p.add_argument("--ours-backend", default="auto", choices=("auto", "cute", "reference"),
                    help="backend= for ragged_attn.attention (default auto: the kernel on CUDA, the "
                         "PyTorch reference on CPU); 'cute' or 'reference' to force one")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
