@@ -237,23 +237,19 @@ class TmaProducer:
                 self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
-            pipe_k.producer_acquire(kv_state)
-            cute.copy(
-                tma_atom_K,
-                tKgK[None, n_block],
-                tKsK[None, kv_state.index],
-                tma_bar_ptr=pipe_k.producer_get_barrier(kv_state),
-            )
+            self.load_kv_stage(pipe_k, tma_atom_K, tKgK, tKsK, n_block, kv_state)
             if const_expr(not self.q_first):
                 if i == 0:
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
-            pipe_v.producer_acquire(kv_state)
-            cute.copy(
-                tma_atom_V,
-                tVgV[None, n_block],
-                tVsV[None, kv_state.index],
-                tma_bar_ptr=pipe_v.producer_get_barrier(kv_state),
-            )
+            self.load_kv_stage(pipe_v, tma_atom_V, tVgV, tVsV, n_block, kv_state)
             kv_state.advance()
         q_state.advance()
         return q_state, kv_state
+
+    @cute.jit
+    def load_kv_stage(self, pipe, tma_atom, src: cute.Tensor, dst: cute.Tensor, n_block: Int32, kv_state):
+        """One K or V stage of `load_tile`: acquire it, then key block n_block's TMA copy (src: the
+        partitioned global blocks, dst: the stages) into stage kv_state.index, on the stage's barrier.
+        (The block's slice is taken after the acquire, as the code it replaced did: the same object.)"""
+        pipe.producer_acquire(kv_state)
+        cute.copy(tma_atom, src[None, n_block], dst[None, kv_state.index], tma_bar_ptr=pipe.producer_get_barrier(kv_state))
