@@ -274,13 +274,17 @@ def test_flashinfer_lengths_on_the_meta_device_are_named(name):
      (TypeError, {"s_aux": [0.0] * 4}, "s_aux", "got list"),
      (ValueError, {"s_aux": torch.zeros(4, device="meta")}, "s_aux", "got one on meta"),
      (TypeError, {"s_aux": torch.zeros(4, dtype=torch.int64)}, "s_aux", "int64"),
-     (ValueError, {"scaling": -1.0}, "scaling", "got -1.0")],
-    ids=["s_aux-shape", "s_aux-list", "s_aux-meta", "s_aux-int", "scaling-negative"],
+     (ValueError, {"scaling": -1.0}, "scaling", "got -1.0"),
+     (ValueError, {"sliding_window": -3}, "sliding_window", "got -3"),
+     (TypeError, {"sliding_window": 2.5}, "sliding_window", "float")],
+    ids=["s_aux-shape", "s_aux-list", "s_aux-meta", "s_aux-int", "scaling-negative", "window-negative",
+         "window-float"],
 )  # fmt: skip
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
 def test_transformers_s_aux_and_scaling_are_named_as_passed(exc, kw, lead, words, padded):
     """transformers passes gpt-oss's sinks as s_aux and the softmax scale as scaling: errors name
-    those, not attention's sinks / softmax_scale (both call sites: with and without a padding mask)."""
+    those, not attention's sinks / softmax_scale (both call sites: with and without a padding mask);
+    a bad sliding_window is named as such, not as the window_size it maps to."""
     pytest.importorskip("transformers")
     from ragged_attn.compat.transformers import attention_forward
 

@@ -145,7 +145,8 @@ def attention_forward(
         attention_mask: None or a 2D (B, S_k) padding mask from `padding_mask` (1 = real token).
         dropout: must be 0 (the module passes its dropout only in training).
         scaling: softmax scale, default 1 / sqrt(D_qk).
-        sliding_window: None or w (keys within w - 1 positions, flash_attention_2's mapping).
+        sliding_window: None or an int w >= 0 (keys within w - 1 positions, flash_attention_2's
+            mapping; 0 maps to an unbounded window there, and here).
         softcap: None / 0 (off) or Gemma 2's cap: scores (after scaling) become
             softcap * tanh(scores / softcap).
         s_aux: None or gpt-oss's (H_q,) sink logits (any float dtype; widened to float32): one
@@ -163,8 +164,8 @@ def attention_forward(
             stride 1).
         ValueError: a mask or lengths that do not fit the tensors.
         TypeError / ValueError: a bad s_aux (a tensor of another shape or device than (H_q,) on
-            query's, not a tensor, or of an integer dtype) or scaling, named as transformers
-            passes them; as `ragged_attn.attention` otherwise.
+            query's, not a tensor, or of an integer dtype), scaling or sliding_window (not an int,
+            or negative), named as transformers passes them; as `ragged_attn.attention` otherwise.
     """
     if dropout:
         _decline("dropout", f"dropout_p = {dropout} (training)")
@@ -172,6 +173,8 @@ def attention_forward(
     kv_len, d_v = key.shape[2], value.shape[3]
     causal = bool(module.is_causal if is_causal is None else is_causal)
     window = (-1, -1)
+    if sliding_window is not None:
+        chk.python_int("sliding_window", sliding_window, minimum=0)
     if sliding_window is not None and kv_len > sliding_window:
         window = (sliding_window - 1, 0 if causal else sliding_window - 1)
     opts = {"causal": causal, "window_size": window, "softmax_scale": scaling, "backend": backend}
