@@ -146,6 +146,15 @@ def forward_only(q, k, v, sinks=None) -> None:
             )
 
 
+def apart(name: str, x: torch.Tensor, others, what: str = "the inputs") -> None:
+    """ValueError naming `name` when x's memory overlaps one of `others`, (name, tensor or None)
+    pairs (`overlaps`: a span test): "NAME: expected memory apart from WHAT, got a tensor
+    overlapping OTHER". Entries that are not tensors are skipped."""
+    for other, y in others:
+        if isinstance(y, torch.Tensor) and overlaps(x, y):
+            raise ValueError(f"{name}: expected memory apart from {what}, got a tensor overlapping {other}")
+
+
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True when the memory spans of a and b intersect (conservative: spans, not exact elements).
     Meta tensors have no memory (every data_ptr is 0), so they overlap nothing."""

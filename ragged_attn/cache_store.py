@@ -83,15 +83,17 @@ def kernel_source_digest(root: str | os.PathLike | None = None) -> str:
     """
     base = Path(root) if root is not None else KERNELS_ROOT
     h = hashlib.sha256()
-    files = sorted(
-        (p for p in base.rglob("*.py") if p.is_file()), key=lambda p: p.relative_to(base).as_posix()
-    )
-    for path in files:
+    for rel, path in kernel_source_files(base):
         data = path.read_bytes()
-        rel = path.relative_to(base).as_posix().encode()
-        h.update(b"%d:%s:%d:" % (len(rel), rel, len(data)))
+        h.update(b"%d:%s:%d:" % (len(rel), rel.encode(), len(data)))
         h.update(data)
     return h.hexdigest()
+
+
+def kernel_source_files(base: Path) -> list[tuple[str, Path]]:
+    """(relative posix path, path) of every `*.py` file under base, sorted by the relative path: the
+    files `kernel_source_digest` hashes and `kernel_source_stats` fingerprints."""
+    return sorted(((p.relative_to(base).as_posix(), p) for p in base.rglob("*.py") if p.is_file()))
 
 
 def kernel_source_stats(root: str | os.PathLike | None = None) -> tuple:
@@ -101,15 +103,15 @@ def kernel_source_stats(root: str | os.PathLike | None = None) -> tuple:
     base = Path(root) if root is not None else KERNELS_ROOT
     out = []
     try:
-        for path in base.rglob("*.py"):
+        for rel, path in kernel_source_files(base):
             try:
                 st = path.stat()
             except OSError:
                 continue
-            out.append((path.relative_to(base).as_posix(), st.st_size, st.st_mtime_ns))
+            out.append((rel, st.st_size, st.st_mtime_ns))
     except OSError:
         return ()
-    return tuple(sorted(out))
+    return tuple(out)
 
 
 # The kernel sources as this process found them when `ragged_attn` was imported (ragged_attn/__init__.py

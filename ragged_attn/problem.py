@@ -369,12 +369,8 @@ def build_problem(
         chk.last_dim_contiguous("out", out)
         chk.not_self_overlapping("out", out)
         inputs = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
-                  ("seqused_q", seqused_q), ("seqused_k", seqused_k), ("page_table", page_table))  # fmt: skip
-        for name, x in inputs:
-            if x is not None and chk.overlaps(out, x):
-                raise ValueError(f"out: expected memory apart from the inputs, got a tensor overlapping {name}")
-        if sinks is not None and chk.overlaps(out, sinks):
-            raise ValueError("out: expected memory apart from the inputs, got a tensor overlapping sinks")
+                  ("seqused_q", seqused_q), ("seqused_k", seqused_k), ("page_table", page_table), ("sinks", sinks))  # fmt: skip
+        chk.apart("out", out, inputs)
 
     # Log-sum-exp.
     if not isinstance(return_lse, bool):
@@ -439,11 +435,10 @@ def build_problem(
     )
     if lse is not None:
         check_lse_buffer(problem, lse)
-        for name, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
-                        ("seqused_q", seqused_q), ("seqused_k", seqused_k), ("page_table", page_table), ("out", out),
-                        ("sinks", sinks)):  # fmt: skip
-            if x is not None and chk.overlaps(lse, x):
-                raise ValueError(f"lse: expected memory apart from the inputs and out, got a tensor overlapping {name}")
+        others = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                  ("seqused_q", seqused_q), ("seqused_k", seqused_k), ("page_table", page_table), ("out", out),
+                  ("sinks", sinks))  # fmt: skip
+        chk.apart("lse", lse, others, "the inputs and out")
     if q.dtype in chk.KERNEL_DTYPES:
         # The kernels load with TMA; the check is the same for every backend so that a problem is
         # valid or invalid everywhere.

@@ -363,9 +363,7 @@ def cudnn_batch_prefill_with_kv_cache(
                 raise ValueError(f"out: expected shape (rows, {h_q}, {d_v}) (rows, H_q, D_v), got {tuple(out.shape)}")
             chk.same_device("out", out, q.device)
             chk.not_self_overlapping("out", out)
-            for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-                if chk.overlaps(out, x):
-                    raise ValueError(f"out: expected memory apart from the inputs, got a tensor overlapping {name}")
+            chk.apart("out", out, (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)))
     if o_separate:
         rows_o = out.shape[0] if out is not None else num_tokens
         row_o = f"out: H_q * D_v = {h_q} * {d_v}"
@@ -387,17 +385,15 @@ def cudnn_batch_prefill_with_kv_cache(
                       ("out", out), ("actual_seq_lens_q", actual_seq_lens_q), ("actual_seq_lens_kv", actual_seq_lens_kv),
                       ("batch_offsets_q", batch_offsets_q), ("batch_offsets_k", batch_offsets_k),
                       ("batch_offsets_stats", batch_offsets_stats))  # fmt: skip
-            for name, x in inputs:
-                if isinstance(x, torch.Tensor) and chk.overlaps(lse, x):
-                    raise ValueError(f"lse: expected memory apart from the inputs and out, got a tensor overlapping {name}")
+            chk.apart("lse", lse, inputs, "the inputs and out")
         rows_s = lse.numel() // h_q if lse is not None else batch * max_token_per_sequence
         row_s = f"lse: H_q = {h_q}"
         starts_s = _starts(
             "batch_offsets_stats", batch_offsets_stats, lens_q, h_q, units, rows_s, row_s, read
         )
-    if lse is not None and out is not None and o_separate and chk.overlaps(lse, out):
+    if lse is not None and o_separate:
         # (`attention` writes a scratch out then; its own check cannot see the caller's)
-        raise ValueError("lse: expected memory apart from the inputs and out, got a tensor overlapping out")
+        chk.apart("lse", lse, (("out", out),), "the inputs and out")
     if (o_separate or stats_packed) and read:
         # The reference reads lengths back (and names bad ones); the copies' targets likewise.
         if o_separate:  # without batch_offsets_o, out's rows are packed by actual_seq_lens_q

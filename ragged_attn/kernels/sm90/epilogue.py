@@ -94,7 +94,7 @@ def store_tile(
     the previous holder's storing warp) before writing sO, and its storing warp passes the turn on
     once sO has been read (its TMA store's read done, or after the warpgroup read its rows back).
     With o_turn's "every thread" (TileConfig.o_turn_every_thread) every thread of the warpgroup
-    passes (O_TURN_THREADS: the waiter's 128 and the passer's 128), the storing warp after its TMA
+    passes (O_TURN_THREADS_EVERY: the waiter's 128 and the passer's 128), the storing warp after its TMA
     store's read (the turn completes with the last arrival): a pass under the storing warp's branch
     made ptxas keep the MMA warpgroups' pipeline state in per-thread registers (d192 causal interior
     loop 567 instructions, 40 R2UR and 44 IMAD for the WGMMA descriptors; every thread passing: 514,
