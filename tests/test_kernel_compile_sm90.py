@@ -174,6 +174,9 @@ def test_crossing_boxes_need_a_small_box_and_rows_view_boxes_need_boxes():
     assert TileConfig(128, 128, page_tma=128, page_tma_small=16, page_box_warps=4, page_box_crossing=True)
     with pytest.raises(ValueError, match="page_tma_rows"):
         TileConfig(128, 128, page_tma_rows=True)
+    with pytest.raises(ValueError, match="page_prefetch: needs page_tma"):
+        TileConfig(128, 128, page_prefetch=True)
+    assert TileConfig(128, 128, page_tma=128, page_prefetch=True).page_prefetch
 
 
 def test_producer_registers_override():
@@ -194,15 +197,15 @@ def test_producer_registers_override():
 
 @pytest.mark.parametrize("kv", ["ragged", "paged"])
 def test_d192_with_every_thread_passing_o_turns_compiles_without_spills(kv, capfd):
-    """TileConfig.o_turn_every_thread (a measurement variant of the d192 classes' O turns: every
-    thread passes, so the pipeline state stays in uniform registers): no spills, and the barrier
-    counts are the waiter's 128 and the passer's 32 or 128."""
+    """TileConfig.o_turn_every_thread (the d192 classes' O turns, on since session 16: every
+    thread passes, so the pipeline state stays in uniform registers): the shipped config has it, it
+    compiles without spills, and the barrier counts are the waiter's 128 and the passer's 32 or 128."""
     from ragged_attn.kernels.sm90.epilogue import turn_threads
 
     assert (turn_threads(False), turn_threads(True)) == (128 + 32, 128 + 128)
     lc = LayoutClass("sm_90a", 192, 128, "bf16", "bf16", "causal", True, kv)
-    assert tile_config(lc).o_turns
-    compile_without_spills(lc, capfd, dataclasses.replace(tile_config(lc), o_turn_every_thread=True))
+    assert tile_config(lc).o_turns and tile_config(lc).o_turn_every_thread
+    compile_without_spills(lc, capfd, tile_config(lc))
 
 
 def test_d64_paged_192_row_class_compiles_without_spills(capfd):
@@ -260,17 +263,18 @@ def test_register_split_fits_what_the_launch_allocates(dims, kv, page_tma):
     assert k.mma_regs % 8 == 0 and k.producer_regs % 8 == 0 and k.mma_regs <= 240
 
 
-@pytest.mark.parametrize("box", [16, 64, (128, 64), "crossing", "rows", "one_warp", "fence_gathered"])
+@pytest.mark.parametrize("box", [16, 64, (128, 64), "crossing", "rows", "one_warp", "fence_every", "prefetch"])
 def test_paged_class_with_page_boxes_compiles_without_spills(box, capfd):
     """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather; a pair: page_tma and
     page_tma_small; "crossing": the class's boxes with page_box_crossing, the crossing block's whole
     runs by boxes too; "rows": with page_tma_rows, one instruction per box; "one_warp": warp 0 issues
-    every box, session 12's way; "fence_gathered": paged_fence_gathered_only, the MMA warpgroups' two
-    interior loops and per-stage fences): the producer warpgroup's 56 registers hold the box coordinates without spilling."""
+    every box, session 12's way; "fence_every": paged_fence_gathered_only off, every stage wait
+    fenced, as before session 16; "prefetch": page_prefetch, each block's boxes prefetched into L2
+    before the stage acquire): the producer warpgroup's 56 registers hold the box coordinates without spilling."""
     lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
     variants = {
         "crossing": dict(page_box_crossing=True), "rows": dict(page_tma_rows=True), "one_warp": dict(page_box_warps=1),
-        "fence_gathered": dict(paged_fence_gathered_only=True),
+        "fence_every": dict(paged_fence_gathered_only=False), "prefetch": dict(page_prefetch=True),
     }
     if box in variants:  # the class's own boxes with a measurement variant on
         config = dataclasses.replace(tile_config(lc), **variants[box])
@@ -364,7 +368,7 @@ def test_fences_cover_exactly_the_gathered_stages(seed):
     masks, every K or V stage a GEMM reads was fenced after its wait exactly where the producer
     gathered it (paged_producer.box_block: the launch takes no boxes, or the block crosses len_k), so a
     boxed launch's interior runs without a fence and no gathered stage reaches WGMMA unfenced;
-    with kv_boxed None every wait fences (the shipped classes)."""
+    with kv_boxed None every wait fences (the classes without it: d64, d96, d192 paged)."""
     from ragged_attn.kernels.sm90.mainloop import overlap_fences_ref
 
     r = random.Random(500 + seed)

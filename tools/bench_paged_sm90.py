@@ -8,7 +8,8 @@ through `launch_forward` (no API checks); kernels from RAGGED_ATTN_SM90_PREBUILT
 PAGED_BENCH_LENS=N,N,... replaces the 14 lengths (e.g. 8192 for one long sequence, or 64 x 128:
 `python -c "print(','.join(['128'] * 64))"`), to tell a per-tile cost from a per-block one.
 PAGED_BENCH_D=64|96|128|192 picks the head-dim class (192: d_qk 192, d_v 128; default 128).
-PAGED_BENCH_INTERLEAVED=R: after the table, every run again in R rounds interleaved
+PAGED_BENCH_IN_ORDER=16,64: also those page sizes with each sequence's pages in order in the pool
+(the memory locality alone). PAGED_BENCH_INTERLEAVED=R: after the table, every run again in R rounds interleaved
 (ragged_attn.bench.timing.gpu_ms_interleaved: clock drift falls on all runs alike), GPU ms medians.
 Usage: [RAGGED_ATTN_VARIANTS=v1,v2] [PAGED_BENCH_FA4=0] python tools/bench_paged_sm90.py (variants: the kernels built into
 RAGGED_ATTN_SM90_PREBUILT/<variant>/, timed beside this tree's)
@@ -70,9 +71,11 @@ def make_problem(dev="cuda"):
                   lse_s_max=0, softmax_scale=D**-0.5, window_left=-1, window_right=-1, bottom_right=True,
                   lse_strides=(0, H_Q, H_Q, 1))
 
-    def pools(ps):
+    def pools(ps, in_order=False):
         n_pages = [(n + ps - 1) // ps for n in lens]
         perm = torch.randperm(sum(n_pages), generator=torch.Generator().manual_seed(ps)).to(dev)
+        if in_order:  # PAGED_BENCH_IN_ORDER: each sequence's pages consecutive in the pool
+            perm = torch.arange(sum(n_pages), device=dev)
         kp = torch.full((sum(n_pages), ps, H_KV, D), float("nan"), device=dev, dtype=dt)
         vp = torch.full((sum(n_pages), ps, H_KV, D_V), float("nan"), device=dev, dtype=dt)
         table = torch.zeros(len(lens), max(n_pages), dtype=torch.int32, device=dev)
@@ -129,6 +132,10 @@ def main():
     ref = out.clone()
     paged = kernel("paged")
     fa4_inputs = {ps: pools(ps) for ps in (16, 64, 128)}
+    # PAGED_BENCH_IN_ORDER=16,64: also pools of those page sizes whose pages lie in order (labelled
+    # "16 in order"): the same kernel and page count, only the pool's memory locality differs.
+    for ps in filter(None, os.environ.get("PAGED_BENCH_IN_ORDER", "").split(",")):
+        fa4_inputs[f"{ps} in order"] = pools(int(ps), in_order=True)
     for ps, (kp, vp, table) in fa4_inputs.items():
         record(f"ours paged page {ps}", paged_call(paged, kp, vp, table), ref)
     for sub in filter(None, os.environ.get("RAGGED_ATTN_VARIANTS", "").split(",")):

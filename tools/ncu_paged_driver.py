@@ -4,7 +4,7 @@
         -k regex:RaggedForwardSm90 --launch-skip 1 --launch-count 1 -o OUT \
         python3 tools/ncu_paged_driver.py WHICH
 
-WHICH: "ragged" (this tree's ragged kernel), "paged" (this tree's paged kernel, page 16), or a
+WHICH: "ragged" (this tree's ragged kernel), "paged" (this tree's paged kernel, page $NCU_PAGE, default 16), or a
 variant folder name under RAGGED_ATTN_SM90_PREBUILT (that folder's paged kernel, page 16).
 PAGED_BENCH_LENS applies as in bench_paged_sm90.py. Then `ncu -i OUT.ncu-rep --page source --csv
 --print-source sass > OUT.csv` and tools/ncu_barrier_waits.py OUT.csv.
@@ -33,7 +33,7 @@ def main(which: str) -> None:
         kernel = bench.kernel("paged") if which == "paged" else bench.kernel("paged", which)
         if kernel is None:
             sys.exit(f"ncu_paged_driver: no paged kernel {which!r} under RAGGED_ATTN_SM90_PREBUILT")
-        fn = paged_call(kernel, *pools(16))
+        fn = paged_call(kernel, *pools(int(os.environ.get("NCU_PAGE", "16"))))
     for _ in range(3):
         fn()
     torch.cuda.synchronize()

@@ -71,6 +71,14 @@ DIM_CASES = [
     Case(605, [90, 0, 11], [500, 3, 80], 4, 4, 256, 256, dtype=torch.bfloat16, causal=True, page_size=5),
     Case(606, [100, 5], [257, 40], 8, 2, 112, 112, dtype=torch.bfloat16, causal=True, page_size=16, kv_layout="HND"),
     Case(607, [33], [129], 4, 1, 40, 40, dtype=torch.bfloat16, page_size=7),
+    # d64 causal with GQA 4: the paged class packs the group's query heads into 192-row tiles
+    # (pack_gqa), tiles whose items start past their first row block included (item_shift: the
+    # producer warps 1-3 must load warp 0's block range; a mismatch hangs).
+    Case(608, [300, 1000, 77, 0, 513], [300, 1000, 77, 0, 513], 32, 8, 64, 64, dtype=torch.bfloat16, causal=True,
+         page_size=16, lse_layout="token_major"),
+    Case(609, [129, 64, 1500, 2], [129, 64, 1500, 2], 16, 4, 64, 64, dtype=torch.bfloat16, causal=True,
+         page_size=128, kv_layout="HND", lse_layout="head_major", lse_base="log2"),
+    Case(610, [40, 700], [900, 701], 12, 4, 64, 64, dtype=torch.float16, causal=True, page_size=64),
 ]
 
 # Decode-shaped rows: one query per sequence over long paged KV, GQA up to 8.

@@ -228,6 +228,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
         self.page_tma_small = config.page_tma_small if paged else 0  # the second box, for the other page sizes
         self.page_box_warps = config.page_box_warps  # producer warps issuing a block's boxes
+        self.page_prefetch = config.page_prefetch and paged  # boxes prefetched into L2 before the stage acquire
         self.page_box_crossing = config.page_box_crossing and paged  # the crossing block's whole runs by boxes too
         # One instruction per box over the rows view: head dims of whole 64-column bands only (d96
         # classes keep d / 64 instructions per box; a variant run over every class stays valid).
@@ -1133,7 +1134,8 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
     def take_over(self, pipe_tile, sTile: cute.Tensor, tile_state, wg_idx=None):
         """Readers: the next decoded tile, (go, unit, tile, batch_idx, seqlen, item, rows,
         tile_state); item = MMA warpgroup wg_idx's (row_block, head_idx) and rows = (row_lo,
-        row_hi) where the class hands them over (else None)."""
+        row_hi) where the class hands them over (else None; rows also for the paged producer
+        warps 1-3 of a pack_gqa class)."""
         pipe_tile.consumer_wait(tile_state)
         i = tile_state.index
         go, unit, tile, batch_idx = sTile[0, i], sTile[1, i], sTile[2, i], sTile[3, i]
@@ -1141,6 +1143,11 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         item, rows = None, None
         if const_expr(self.tile_words > TILE_WORDS and wg_idx is not None):
             item = (sTile[TILE_WORDS + 2 * wg_idx, i], sTile[TILE_WORDS + 1 + 2 * wg_idx, i])
+            rows = (sTile[self.tile_words - 2, i], sTile[self.tile_words - 1, i])
+        elif const_expr(self.tile_words > TILE_WORDS and self.pack_gqa):
+            # The paged producer warps 1-3 of a GQA-packed class: the rows warp 0 decoded (a packed
+            # tile's items may start past its first row block, tile_scheduler.item_shift), so
+            # their block range is warp 0's; tile_rows alone would give another where it shifts.
             rows = (sTile[self.tile_words - 2, i], sTile[self.tile_words - 1, i])
         pipe_tile.consumer_release(tile_state)
         tile_state.advance()

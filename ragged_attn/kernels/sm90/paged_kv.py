@@ -297,13 +297,31 @@ class PagedKV:
         self.copy_box(tma_atom, tma_pool, sX, bar, d, box_page, box_slot, box_rows, box)
 
     @cute.jit
+    def prefetch_boxes(
+        self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, d: int, warp_idx: Int32, page: Int32,
+        slot: Int32, box_rows: cutlass.Constexpr[int] = 0,
+    ):  # fmt: skip
+        """TileConfig.page_prefetch: the boxes `load_boxes` will copy into sX (a stage of the right
+        shape; only its layout is used), prefetched into L2 by the same warps (PTX
+        cp.async.bulk.prefetch.tensor: no barrier, no shared memory written), so a box's page
+        walk and DRAM read start while the producer still waits for a free stage."""
+        box_rows = box_rows or self.box_rows
+        per_warp = self.boxes_per_warp(box_rows)
+        if warp_idx * per_warp < self.tile_n // box_rows:
+            for j in cutlass.range_constexpr(per_warp):
+                box_page = cute.arch.shuffle_sync(page, j)
+                box_slot = cute.arch.shuffle_sync(slot, j)
+                self.copy_box(tma_atom, tma_pool, sX, None, d, box_page, box_slot, box_rows, warp_idx * per_warp + j)
+
+    @cute.jit
     def copy_box(
         self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, d: int, box_page: Int32,
         box_slot: Int32, box_rows: cutlass.Constexpr[int], box,
     ):  # fmt: skip
         """The TMA copy of box `box` of sX from page box_page, slot box_slot (warp-uniform): a
         (box_rows, d) tile of the page, or with rows_view one box of the pool's rows view
-        (`make_page_rows_tma`; tma_pool then (64, 8, d / 64, row groups))."""
+        (`make_page_rows_tma`; tma_pool then (64, 8, d / 64, row groups)). bar None: the box's
+        L2 prefetch instead (`prefetch_boxes`)."""
         if const_expr(self.rows_view):
             tile = (64, ROW_GROUP, d // 64, box_rows // ROW_GROUP)
             row = box_page * cute.size(self.mK.shape[1]) + box_slot
@@ -318,7 +336,10 @@ class PagedKV:
             t_s, t_g = cpasync.tma_partition(
                 tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
             )
-        cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar)
+        if const_expr(bar is None):
+            cute.prefetch(tma_atom, t_g)
+        else:
+            cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar)
 
     @cute.jit
     def load_boxes_covered(

@@ -5,7 +5,7 @@ page size allows: `box_kind`, `box_block`), on `PipelineCpAsync` stage barriers 
 writer signal.
 
 Attributes the mixin reads (set by RaggedForwardSm90.__init__): dtype, d_qk, d_v, tile_n, q_first,
-page_tma, page_tma_small, page_box_warps, page_box_crossing, page_tma_rows, bytes_k, bytes_v, and
+page_tma, page_tma_small, page_box_warps, page_box_crossing, page_tma_rows, page_prefetch, bytes_k, bytes_v, and
 forward.py's schedule methods and producer.py's `load_q`."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class PagedProducer:
         tidx = cute.arch.thread_idx()[0]  # 0 .. 127: the producer warpgroup is warpgroup 0
         # q_first: Q's TMA before anything else of the tile (the gather's page divisor and first
         # page-table reads come after it).
-        if const_expr(self.q_first):
+        if const_expr(self.q_first and self.traces_q(items)):
             if warp_idx == 0:
                 self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
         head_kv = kv_head(unit, pack_r, ratio, row_mult)
@@ -92,7 +92,7 @@ class PagedProducer:
             self.fetch_block_pages(kv, box_ok, n_block_max - 1, seqlen.len_k)
         # Without q_first, Q goes after warp 0's share of block 0's K (or alone when the tile sees
         # no key).
-        if const_expr(not self.q_first):
+        if const_expr(not self.q_first and self.traces_q(items)):
             if n_blocks <= 0:
                 if warp_idx == 0:
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
@@ -117,6 +117,12 @@ class PagedProducer:
             kv_state.advance()
         q_state.advance()
         return q_state, kv_state
+
+    def traces_q(self, items) -> bool:
+        """Whether this walk's copy of the tile loads traces Q's load (issued by warp 0 alone, at
+        run time): warp 0's walk, which has the decoded items; with pack_gqa not producer warps 1-3's
+        (`read_tiles` gives them no items, and a packed tile's Q load needs each warpgroup's)."""
+        return not (self.pack_gqa and items is None)
 
     @cute.jit
     def load_crossing_or_gathered(self, block, kind: Int32):
@@ -147,8 +153,13 @@ class PagedProducer:
             self.fetch_block_pages(kv, box_ok, n_block - 1, seqlen.len_k)  # in flight during the waits
         stage = (kv, kv_state, n_block, head_kv, warp_idx, page, slot)
         box = boxes[4:] if const_expr(by_box >= 2) else boxes[:4]
+        if const_expr(self.page_prefetch and (by_box == 1 or by_box == 2)):
+            # K's and V's boxes into L2 before K's stage acquire (TileConfig.page_prefetch)
+            small = self.page_tma_small if const_expr(by_box == 2) else 0
+            kv.prefetch_boxes(box[0], self.box_head(box[1], head_kv), sK[None, None, 0], self.d_qk, warp_idx, page, slot, small)
+            kv.prefetch_boxes(box[2], self.box_head(box[3], head_kv), sV[None, None, 0], self.d_v, warp_idx, page, slot, small)
         self.load_paged_stage(stage, pipe_k, sK, box[0], box[1], self.bytes_k, self.d_qk, True, by_box)
-        if const_expr(not self.q_first):
+        if const_expr(not self.q_first and self.traces_q(items)):
             if i == 0:
                 if warp_idx == 0:
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items, sched[12])

@@ -68,8 +68,8 @@ class TileConfig:
     # store has read sO), not the storing warp alone under its branch, which made ptxas keep the MMA
     # warpgroups' K/V pipeline state in per-thread registers: d192 causal's interior loop built its
     # WGMMA descriptors with 44 IMAD and 40 R2UR, 567 instructions; with every thread, 514 and
-    # uniform descriptors, as d192 without o_turns (510; static SASS, 2026-12-04). A measurement
-    # variant (unmeasured on the device).
+    # uniform descriptors, as d192 without o_turns (510; static SASS, 2026-12-04). On for d192
+    # (`_tiles`; H200, session 16: DeepSeek 1 x 16384 693.9 -> 717.7 TFLOP/s).
     o_turn_every_thread: bool = False
     # L2 groups of long sequences (tile_scheduler.l2_group) counted in K/V heads, FA3's count; off:
     # in query heads, as if each read K/V of its own (fewer heads per group under GQA). Measured
@@ -100,6 +100,12 @@ class TileConfig:
     # rows (NHD as vLLM allocates them; others gather); off: a box is d / 64 instructions (one per
     # band). A measurement variant (unmeasured).
     page_tma_rows: bool = False
+    # Paged classes with page_tma: each key block's K and V boxes are prefetched into L2 (TMA
+    # prefetch, paged_kv.prefetch_boxes) before the producer waits for K's free stage, so their
+    # page walks and DRAM reads overlap the wait. Session 16 (H200): 64 x 128 at page 16 ran 0.864
+    # of ragged with the pool's pages in random order and 0.975 with them in order (the same
+    # kernel, page count and boxes): random pages cost latency per box. A measurement variant.
+    page_prefetch: bool = False
     # Registers of the producer warpgroup (setmaxnreg) where not 0: the MMA warpgroups get what is
     # left. 0: the class's own split (24; paged 40; paged with TMA boxes 56). A measurement variant.
     producer_regs: int = 0
@@ -123,8 +129,9 @@ class TileConfig:
     # wrote (async proxy writes completing on the stage barrier, as the ragged class's stages: no
     # fence there), and none in an idle warpgroup's waits (it issues no GEMM). The interior loop runs
     # without a fence where the launch's pool takes boxes (its blocks are inside len_k), with one
-    # where it does not. Off: every paged stage wait fences. A measurement variant (unmeasured; the
-    # fence cost ~1% in sessions 11-12: no fence at all 0.885 -> 0.897 of ragged on 1 x 8192).
+    # where it does not. Off: every paged stage wait fences. On for the d128 paged classes
+    # (`_tiles`; H200, session 16: vLLM's mixed batch at page 16 1675 -> 1652 us); d64 paged ran
+    # 1-4% slower with it (64 x 128 page 16 0.757 -> 0.724 of ragged), so off there.
     paged_fence_gathered_only: bool = False
     # Batch order (tile_scheduler.py "Batch order"): a launch of 2 to batch_order sequences deals them
     # longest first, sorted by key length in each CTA's prologue (the producer warpgroup ranks the
@@ -156,6 +163,8 @@ class TileConfig:
             raise ValueError("TileConfig.page_box_crossing: needs page_tma_small (the crossing block's boxes)")
         if self.page_tma_rows and not self.page_tma:
             raise ValueError("TileConfig.page_tma_rows: needs page_tma (the boxes it issues)")
+        if self.page_prefetch and not self.page_tma:
+            raise ValueError("TileConfig.page_prefetch: needs page_tma (the boxes it prefetches)")
         if self.producer_regs and (self.producer_regs % 8 or not 24 <= self.producer_regs <= 256):
             raise ValueError(f"TileConfig.producer_regs: expected 0 or a multiple of 8 in [24, 256], got {self.producer_regs}")
         if self.batch_order and not 2 <= self.batch_order <= 1024:
@@ -437,11 +446,21 @@ def _tiles(layout_class) -> TileConfig:
         # page_tma_small 16 with page_box_warps 4 (paged): the other page sizes that are a multiple of
         # 16 take 16-key boxes, two per producer warp: page 16 0.872 -> 0.945 (1 x 8192), 0.771 ->
         # 0.850 (64 x 128); page 64 0.878 -> 0.951 (H200, session 13; the docstring above).
+        # paged_fence_gathered_only (paged): only the gathered stages fenced. H200, session 16
+        # (interleaved): vLLM's mixed batch at page 16 1675.5 -> 1652.3 us (FA3 on a ragged copy
+        # 1629.9), its prefill chunks 650.5 -> 644.8; paged / ragged, page 16 | 64 | 128: 1 x 8192
+        # 0.947 0.952 0.967 -> 0.953 0.957 0.971, longtail14 0.876 0.926 0.948 -> 0.885 0.929 0.945,
+        # 64 x 128 0.867 0.972 0.992 -> 0.858 0.976 0.972.
         paged = layout_class.kv == "paged"
         return TileConfig(
             128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=_rows(layout_class),
             page_tma=128 if paged else 0, page_tma_small=16 if paged else 0, page_box_warps=4 if paged else 1,
+            paged_fence_gathered_only=paged,
         )  # fmt: skip
     if d_qk <= 192:
-        return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True, **boxes)
+        # o_turn_every_thread: H200, session 16 (interleaved; DeepSeek shapes, 128/128 heads, d
+        # 192/128, causal): 1 x 16384 693.9 -> 717.7 TFLOP/s [FA4 705.9, FA3 676.3], mixed14 511.4
+        # -> 513.7 [FA3 504.5], 4 x 512 312.6 -> 320.2 [cuDNN 310.3], 16 x 256 224.9 -> 228.5
+        # [218.7], 64 x 128 133.8 -> 133.8 [cuDNN 134.3].
+        return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True, o_turn_every_thread=True, **boxes)
     return TileConfig(128, 80, 2, pingpong=False, overlap=True)
