@@ -52,6 +52,7 @@ from cutlass.cute.nvgpu import cpasync
 
 PRODUCER_THREADS = 128
 COPY_BITS = 128
+L2_LINE_BYTES = 128  # one `prefetch_rows` prefetch
 BOX_ROWS = 16  # keys per TMA box by default (TileConfig.page_tma): page sizes that are multiples of it
 
 
@@ -371,6 +372,26 @@ class PagedKV:
             slot = self.slots[e]
             self.addr_k[e] = (self.mK.iterator + cute.crd2idx((page, slot, 0), self.mK.layout)).toint()
             self.addr_v[e] = (self.mV.iterator + cute.crd2idx((page, slot, 0), self.mV.layout)).toint()
+
+    @cute.jit
+    def prefetch_rows(self):
+        """TileConfig.page_prefetch, the gather's twin of `prefetch_boxes`: this thread's K and V
+        rows that `resolve_rows` resolved (each a valid pool row: `row_token` clamps into len_k),
+        prefetched into L2 line by line (PTX prefetch.global.L2; only lines inside the pool's
+        real head dim) before the producer waits for a free stage."""
+        elem_bytes = self.dtype.width // 8
+        for is_k in (True, False):
+            d = self.d_qk if is_k else self.d_v
+            mX = self.mK if is_k else self.mV
+            addr = self.addr_k if is_k else self.addr_v
+            row_bytes = cute.size(mX.shape[2]) * elem_bytes
+            for e in cutlass.range_constexpr(self.entries):
+                for line in cutlass.range_constexpr(-(-d * elem_bytes // L2_LINE_BYTES)):
+                    if line * L2_LINE_BYTES < row_bytes:
+                        ptr = cute.make_ptr(
+                            self.dtype, addr[e] + Int64(line * L2_LINE_BYTES), cute.AddressSpace.gmem, assumed_align=16
+                        )
+                        cute.arch.prefetch(ptr.llvm_ptr, cache_level="L2")
 
     @cute.jit
     def load(self, n_block: Int32, sX: cute.Tensor, is_k: cutlass.Constexpr[bool], covered=None):

@@ -149,6 +149,8 @@ class PagedProducer:
             page, slot = kv.box_pages[0], kv.box_slots[0]  # read before the next block's fetch replaces them
         if const_expr(by_box == 0 or by_box == 3):
             kv.resolve_rows(n_block)
+        if const_expr(self.page_prefetch and by_box == 0):
+            kv.prefetch_rows()  # the gathered block's rows into L2 before the stage acquire
         if i + 1 < n_blocks:
             self.fetch_block_pages(kv, box_ok, n_block - 1, seqlen.len_k)  # in flight during the waits
         stage = (kv, kv_state, n_block, head_kv, warp_idx, page, slot)

@@ -101,8 +101,9 @@ class TileConfig:
     # band). A measurement variant (unmeasured).
     page_tma_rows: bool = False
     # Paged classes with page_tma: each key block's K and V boxes are prefetched into L2 (TMA
-    # prefetch, paged_kv.prefetch_boxes) before the producer waits for K's free stage, so their
-    # page walks and DRAM reads overlap the wait. Session 16 (H200): 64 x 128 at page 16 ran 0.864
+    # prefetch, paged_kv.prefetch_boxes), and a gathered block's rows (prefetch.global.L2,
+    # paged_kv.prefetch_rows), before the producer waits for K's free stage, so their page walks
+    # and DRAM reads overlap the wait. Session 16 (H200): 64 x 128 at page 16 ran 0.864
     # of ragged with the pool's pages in random order and 0.975 with them in order (the same
     # kernel, page count and boxes): random pages cost latency per box. A measurement variant.
     page_prefetch: bool = False
@@ -420,15 +421,24 @@ def _tiles(layout_class) -> TileConfig:
     # 0.896; d192 0.821 0.825 0.825 -> 0.876 0.875 0.919 and 0.865 0.895 0.899 -> 0.861 0.887 0.899.
     boxes = dict(page_tma=128, page_tma_small=16, page_box_warps=4) if layout_class.kv == "paged" else {}
     if d_qk <= 64 and layout_class.kv == "paged" and layout_class.mask != "window":
-        # Three MMA warpgroups as the ragged class (no pack_gqa: the paged producer does not pack
-        # GQA blocks). H200, session 13, d64 paged / ragged (ragged: 192 rows), page 16 | 64 | 128:
+        # Three MMA warpgroups as the ragged class. H200, session 13, d64 paged / ragged (ragged: 192 rows), page 16 | 64 | 128:
         # 1 x 8192 0.714 0.719 0.721 -> 0.821 0.825 0.830 (192 rows with the gather: 0.779 0.784,
         # 128-key boxes 0.831); longtail14 0.737 0.775 0.783 -> 0.766 0.801 0.806.
         # producer_regs 32 (the MMA warpgroups 160): 0 spills, where the class's 56 / 152 spilled (36
         # spill instructions). H200, session 14, page 16 | 64 | 128: 1 x 8192 0.821 0.824 0.831 ->
         # 0.913 0.915 0.924; longtail14 0.755 0.791 0.796 -> 0.804 0.838 0.851; 64 x 128 0.705 0.762
         # 0.770 -> 0.752 0.800 0.803.
-        return TileConfig(192, 128, 3, pingpong=False, overlap=True, producer_regs=32, **boxes)
+        # pack_gqa (as the ragged class: a GQA group's query heads packed into the 192-row tiles)
+        # with q_first (pack_gqa alone spilled 80 bytes in the 32 producer registers; q_first ends
+        # the items' lives before the block loop). H200, session 16, page 16 | 64 | 128: 64 x 128
+        # 0.774 0.821 0.837 -> 0.840 0.922 0.941; longtail14 0.800 0.839 0.849 -> 0.861 0.898
+        # 0.921; 1 x 8192 0.908 0.910 0.915 -> 0.944 0.949 0.972 (q_first alone: within +-2%).
+        # GPU tests ran on the classes without softcap and sinks; those two keep their kernel until
+        # theirs run with it.
+        packs = not getattr(layout_class, "softcap", False) and not getattr(layout_class, "sinks", False)
+        return TileConfig(
+            192, 128, 3, pingpong=False, overlap=True, producer_regs=32, pack_gqa=packs, q_first=packs, **boxes
+        )  # fmt: skip
     if d_qk <= 96:
         # No pack_rows: built into the d64 paged class it compiled without spills, but its unpacked
         # interior loop moved one uniform UMOV (440 instructions, the same waits; 2026-12-03), so the
