@@ -338,7 +338,10 @@ class PagedKV:
                 tma_atom, 0, cute.make_layout(1), cute.group_modes(s_box, 0, 2), cute.group_modes(g_box, 0, 2)
             )
         if const_expr(bar is None):
-            cute.prefetch(tma_atom, t_g)
+            # One lane issues (the DSL's prefetch, unlike its TMA copy, elects none: all 32 lanes
+            # would each send the box's prefetch).
+            with cute.arch.elect_one():
+                cute.prefetch(tma_atom, t_g)
         else:
             cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar)
 
@@ -386,10 +389,14 @@ class PagedKV:
             addr = self.addr_k if is_k else self.addr_v
             row_bytes = cute.size(mX.shape[2]) * elem_bytes
             for e in cutlass.range_constexpr(self.entries):
-                for line in cutlass.range_constexpr(-(-d * elem_bytes // L2_LINE_BYTES)):
-                    if line * L2_LINE_BYTES < row_bytes:
+                # The lines the row touches, from the line holding its first byte (a row is only
+                # 16-byte aligned): at most one more than a line-aligned row's.
+                lead = Int32(addr[e] & Int64(L2_LINE_BYTES - 1))
+                line0 = addr[e] - Int64(lead)
+                for line in cutlass.range_constexpr(-(-d * elem_bytes // L2_LINE_BYTES) + 1):
+                    if line * L2_LINE_BYTES < lead + row_bytes:
                         ptr = cute.make_ptr(
-                            self.dtype, addr[e] + Int64(line * L2_LINE_BYTES), cute.AddressSpace.gmem, assumed_align=16
+                            self.dtype, line0 + Int64(line * L2_LINE_BYTES), cute.AddressSpace.gmem, assumed_align=16
                         )
                         cute.arch.prefetch(ptr.llvm_ptr, cache_level="L2")
 
