@@ -135,6 +135,29 @@ def test_handed_over_items_match_the_item_formula(num_wg, pack_r):
                 assert words[-2:] == ((real[0] // pack_r) * ROW_BLOCK, (real[-1] // pack_r + 1) * ROW_BLOCK)
 
 
+def test_shifted_packed_tiles_span_other_rows_than_tile_rows():
+    """Why every reader of a packed tile takes the row span the producer's warp 0 decoded
+    (forward.take_over; the paged producer warps 1-3 too, since session 16): with item_shift the
+    items' span (tile_items) is not tile_rows' (the unshifted formula), so a reader that computed
+    tile_rows would walk another key-block range than warp 0 loads (the first paged build hung on
+    longtail14). Over GQA ratios and lengths the spans differ on many tiles, the shifted one lower
+    (its items start up to W - 1 earlier), never higher."""
+    num_wg, lower, higher = 3, 0, 0
+    for pack_r in (2, 3, 4, 8):
+        for len_q in range(1, 700, 7):
+            shift = item_shift_ref(pack_r, True, len_q, num_wg)
+            n_items = pack_r * -(-len_q // ROW_BLOCK)
+            for tile in range((n_items + shift) // num_wg):
+                lo, hi = tile_items_ref(0, tile, pack_r, num_wg, shift)[-2:]
+                items = range(max(tile * num_wg - shift, 0), tile * num_wg - shift + num_wg)
+                assert (lo, hi) == (items[0] // pack_r * ROW_BLOCK, (items[-1] // pack_r + 1) * ROW_BLOCK)
+                first = tile * num_wg  # tile_rows' formula: no shift
+                unshifted = ((first // pack_r) * ROW_BLOCK, ((first + num_wg - 1) // pack_r + 1) * ROW_BLOCK)
+                lower += (lo, hi) < unshifted
+                higher += (lo, hi) > unshifted
+    assert lower > 0 and higher == 0
+
+
 @pytest.mark.parametrize("pack_r, len_q, steps", [(4, 256, (10, 9)), (4, 128, (3, 3)), (4, 512, (29, 28))])
 def test_a_packed_sequences_partial_tile_is_its_first(pack_r, len_q, steps):
     """Causal 128-key blocks, 192-row tiles: a tile costs the key blocks of its highest row block;
