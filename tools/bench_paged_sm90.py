@@ -73,9 +73,10 @@ def make_problem(dev="cuda"):
 
     def pools(ps, in_order=False):
         n_pages = [(n + ps - 1) // ps for n in lens]
-        perm = torch.randperm(sum(n_pages), generator=torch.Generator().manual_seed(ps)).to(dev)
         if in_order:  # PAGED_BENCH_IN_ORDER: each sequence's pages consecutive in the pool
             perm = torch.arange(sum(n_pages), device=dev)
+        else:
+            perm = torch.randperm(sum(n_pages), generator=torch.Generator().manual_seed(ps)).to(dev)
         kp = torch.full((sum(n_pages), ps, H_KV, D), float("nan"), device=dev, dtype=dt)
         vp = torch.full((sum(n_pages), ps, H_KV, D_V), float("nan"), device=dev, dtype=dt)
         table = torch.zeros(len(lens), max(n_pages), dtype=torch.int32, device=dev)

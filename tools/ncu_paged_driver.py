@@ -5,7 +5,7 @@
         python3 tools/ncu_paged_driver.py WHICH
 
 WHICH: "ragged" (this tree's ragged kernel), "paged" (this tree's paged kernel, page $NCU_PAGE, default 16), or a
-variant folder name under RAGGED_ATTN_SM90_PREBUILT (that folder's paged kernel, page 16).
+variant folder name under RAGGED_ATTN_SM90_PREBUILT (that folder's paged kernel, page $NCU_PAGE).
 PAGED_BENCH_LENS applies as in bench_paged_sm90.py. Then `ncu -i OUT.ncu-rep --page source --csv
 --print-source sass > OUT.csv` and tools/ncu_barrier_waits.py OUT.csv.
 """

@@ -79,7 +79,7 @@ DIM_CASES = [
     Case(609, [129, 64, 1500, 2], [129, 64, 1500, 2], 16, 4, 64, 64, dtype=torch.bfloat16, causal=True,
          page_size=128, kv_layout="HND", lse_layout="head_major", lse_base="log2"),
     Case(610, [40, 700], [900, 701], 12, 4, 64, 64, dtype=torch.float16, causal=True, page_size=64),
-    # ... by the gather (page 5: no boxes), and decode rows over long keys (GQA 8; split-KV).
+    # ... by the gather (page 5: no boxes), and decode rows over long keys (GQA 8).
     Case(611, [70, 200, 5, 130], [70, 333, 5, 900], 12, 3, 64, 64, dtype=torch.bfloat16, causal=True,
          page_size=5, kv_layout="HND", lse_layout="token_major", lse_base="log2"),
     Case(612, [1] * 6, [3000, 1, 4096, 777, 2049, 130], 16, 2, 64, 64, dtype=torch.bfloat16, causal=True,

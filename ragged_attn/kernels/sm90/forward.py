@@ -1141,13 +1141,12 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         go, unit, tile, batch_idx = sTile[0, i], sTile[1, i], sTile[2, i], sTile[3, i]
         seqlen = SeqlenInfo(sTile[4, i], sTile[5, i], sTile[6, i], sTile[7, i])
         item, rows = None, None
-        if const_expr(self.tile_words > TILE_WORDS and wg_idx is not None):
-            item = (sTile[TILE_WORDS + 2 * wg_idx, i], sTile[TILE_WORDS + 1 + 2 * wg_idx, i])
-            rows = (sTile[self.tile_words - 2, i], sTile[self.tile_words - 1, i])
-        elif const_expr(self.tile_words > TILE_WORDS and self.pack_gqa):
-            # The paged producer warps 1-3 of a GQA-packed class: the rows warp 0 decoded (a packed
-            # tile's items may start past its first row block, tile_scheduler.item_shift), so
-            # their block range is warp 0's; tile_rows alone would give another where it shifts.
+        # The paged producer warps 1-3 (wg_idx None) of a GQA-packed class take the rows too: a
+        # packed tile's items may start before its unshifted first item (tile_scheduler.item_shift),
+        # so tile_rows alone would give them another block range than warp 0 loads.
+        if const_expr(self.tile_words > TILE_WORDS and (wg_idx is not None or self.pack_gqa)):
+            if const_expr(wg_idx is not None):
+                item = (sTile[TILE_WORDS + 2 * wg_idx, i], sTile[TILE_WORDS + 1 + 2 * wg_idx, i])
             rows = (sTile[self.tile_words - 2, i], sTile[self.tile_words - 1, i])
         pipe_tile.consumer_release(tile_state)
         tile_state.advance()

@@ -292,7 +292,8 @@ class PagedKV:
         self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, d: int, page: Int32, slot: Int32,
         box_rows: cutlass.Constexpr[int], holder: cutlass.Constexpr[int], box,
     ):  # fmt: skip
-        """One TMA box (box rows of sX) from the page and slot that lane `holder` holds."""
+        """One TMA box (box rows of sX) from the page and slot that lane `holder` holds (bar None:
+        its L2 prefetch, `prefetch_boxes`)."""
         box_page = cute.arch.shuffle_sync(page, holder)
         box_slot = cute.arch.shuffle_sync(slot, holder)
         self.copy_box(tma_atom, tma_pool, sX, bar, d, box_page, box_slot, box_rows, box)
@@ -310,9 +311,7 @@ class PagedKV:
         per_warp = self.boxes_per_warp(box_rows)
         if warp_idx * per_warp < self.tile_n // box_rows:
             for j in cutlass.range_constexpr(per_warp):
-                box_page = cute.arch.shuffle_sync(page, j)
-                box_slot = cute.arch.shuffle_sync(slot, j)
-                self.copy_box(tma_atom, tma_pool, sX, None, d, box_page, box_slot, box_rows, warp_idx * per_warp + j)
+                self.issue_box(tma_atom, tma_pool, sX, None, d, page, slot, box_rows, j, warp_idx * per_warp + j)
 
     @cute.jit
     def copy_box(

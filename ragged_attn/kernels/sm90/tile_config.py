@@ -105,7 +105,8 @@ class TileConfig:
     # paged_kv.prefetch_rows), before the producer waits for K's free stage, so their page walks
     # and DRAM reads overlap the wait. Session 16 (H200): 64 x 128 at page 16 ran 0.864
     # of ragged with the pool's pages in random order and 0.975 with them in order (the same
-    # kernel, page count and boxes): random pages cost latency per box. A measurement variant.
+    # kernel, page count and boxes): shuffled pages cost time (per-box latency, presumably; not
+    # measured directly). A measurement variant.
     page_prefetch: bool = False
     # Registers of the producer warpgroup (setmaxnreg) where not 0: the MMA warpgroups get what is
     # left. 0: the class's own split (24; paged 40; paged with TMA boxes 56). A measurement variant.
@@ -421,7 +422,8 @@ def _tiles(layout_class) -> TileConfig:
     # 0.896; d192 0.821 0.825 0.825 -> 0.876 0.875 0.919 and 0.865 0.895 0.899 -> 0.861 0.887 0.899.
     boxes = dict(page_tma=128, page_tma_small=16, page_box_warps=4) if layout_class.kv == "paged" else {}
     if d_qk <= 64 and layout_class.kv == "paged" and layout_class.mask != "window":
-        # Three MMA warpgroups as the ragged class. H200, session 13, d64 paged / ragged (ragged: 192 rows), page 16 | 64 | 128:
+        # Three MMA warpgroups as the ragged class. H200, session 13, d64 paged / ragged (ragged:
+        # 192 rows), page 16 | 64 | 128:
         # 1 x 8192 0.714 0.719 0.721 -> 0.821 0.825 0.830 (192 rows with the gather: 0.779 0.784,
         # 128-key boxes 0.831); longtail14 0.737 0.775 0.783 -> 0.766 0.801 0.806.
         # producer_regs 32 (the MMA warpgroups 160): 0 spills, where the class's 56 / 152 spilled (36
