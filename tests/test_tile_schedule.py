@@ -18,14 +18,21 @@ from ragged_attn.kernels.sm90.tile_scheduler import (  # noqa: E402
 )
 
 
+def _orders(batch_order):
+    """A test's batch_order parameter: 0, 256 (sorted) or "mix" (sorted, TileConfig.stream_mix)."""
+    return (256, True) if batch_order == "mix" else (batch_order, False)
+
+
 def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False, batch_order=0):
+    batch_order, stream_mix = _orders(batch_order)
     num_wg = tile_m // ROW_BLOCK
     _, _, _, packed, num_tiles = launch_schedule_ref(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes)
     computed, lse_filled = {}, {}
     ratio = hq // hkv
     for t in range(num_tiles):
         unit, tile, b, has_rows, pack_r, _ = decode_tile_ref(
-            t, lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes, kv_head_groups, batch_order=batch_order
+            t, lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes, kv_head_groups, batch_order=batch_order,
+            stream_mix=stream_mix,
         )  # fmt: skip
         kv_heads = set()
         # The items as the producer hands them over: a packed sequence's partial tile first.
@@ -54,7 +61,7 @@ def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512, 
         assert pads <= set(lse_filled)
 
 
-@pytest.mark.parametrize("batch_order", [0, 256])
+@pytest.mark.parametrize("batch_order", [0, 256, "mix"])
 @pytest.mark.parametrize("tile_m", [128, 192])
 @pytest.mark.parametrize("pack", [False, "always", True])
 @pytest.mark.parametrize("seed", range(12))
@@ -184,6 +191,7 @@ def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512, 
     sequence's packed row space."""
     from ragged_attn.kernels.sm90.tile_scheduler import row_mult_ref
 
+    batch_order, stream_mix = _orders(batch_order)
     g = row_mult_ref(hq, hkv, True)
     assert g == hq // hkv > 1
     num_units, pack_r, _, _, num_tiles = launch_schedule_ref(
@@ -194,9 +202,11 @@ def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512, 
     for t in range(num_tiles):
         unit, tile, b, has_rows, _, split = decode_tile_ref(
             t, lens_q, lens_k, hq, hkv, tile_m, False, token_bytes=token_bytes, num_splits=num_splits,
-            pack_rows=True, batch_order=batch_order,
+            pack_rows=True, batch_order=batch_order, stream_mix=stream_mix,
         )  # fmt: skip
-        assert split == t % num_splits and 0 <= unit < hkv
+        if not stream_mix:
+            assert split == t % num_splits
+        assert 0 <= unit < hkv
         if not has_rows:
             continue
         first = tile * tile_m
@@ -209,7 +219,7 @@ def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512, 
     assert set(computed) == want
 
 
-@pytest.mark.parametrize("batch_order", [0, 256])
+@pytest.mark.parametrize("batch_order", [0, 256, "mix"])
 @pytest.mark.parametrize("tile_m", [128, 192])
 @pytest.mark.parametrize("seed", range(10))
 def test_row_packing_computes_every_token_of_every_head_once(seed, tile_m, batch_order):
@@ -260,3 +270,67 @@ def test_batch_order_deals_the_longest_keys_first(seed, pack_rows):
         assert seen == want
     assert batch_order_ref(lens_k, 256) == sorted(range(batch), key=lambda b: (-lens_k[b], b))
     assert batch_order_ref([5], 256) is None and batch_order_ref(lens_k, 0) is None
+
+
+@pytest.mark.parametrize("pack_rows", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_stream_mix_deals_streaming_tiles_evenly_through_the_others(seed, pack_rows):
+    # TileConfig.stream_mix: decode-like sequences (one 64-row block of rows at most) rank first;
+    # dealing position t then takes a streaming tile exactly where floor((t + 1) A / N) passes
+    # floor(t A / N), so every prefix of the dealing order holds its share of them, and each kind
+    # keeps its own order (streaming by keys, longest first, then the others by keys).
+    from ragged_attn.kernels.sm90.tile_scheduler import (
+        batch_order_ref,
+        is_streaming_ref,
+        mix_bound_ref,
+        mixed_tile_ref,
+        row_mult_ref,
+    )
+
+    rng = random.Random(700 + seed)
+    hq, hkv = 32, 8
+    row_mult = row_mult_ref(hq, hkv, pack_rows)
+    lens_q = [rng.choice([1, 1, 1, 3, rng.randrange(100, 1500)]) for _ in range(rng.choice([5, 17, 68]))]
+    lens_k = [n + rng.randrange(0, 30000) for n in lens_q]
+    streaming = [is_streaming_ref(n, row_mult) for n in lens_q]
+    if all(streaming) or not any(streaming):
+        lens_q[0], lens_q[1] = 1, 900
+        streaming = [is_streaming_ref(n, row_mult) for n in lens_q]
+    order = batch_order_ref(lens_k, 256, lens_q, row_mult, True)
+    n_stream = sum(streaming)
+    assert all(streaming[b] for b in order[:n_stream]) and not any(streaming[b] for b in order[n_stream:])
+    for part in (order[:n_stream], order[n_stream:]):
+        assert [lens_k[b] for b in part] == sorted((lens_k[b] for b in part), reverse=True)
+    *_, num_tiles = launch_schedule_ref(lens_q, lens_k, hq, hkv, 128, False, pack_rows=pack_rows)
+    sorted_tiles = [decode_tile_ref(t, lens_q, lens_k, hq, hkv, 128, False, pack_rows=pack_rows, batch_order=256,
+                                    stream_mix="sort") for t in range(num_tiles)]  # fmt: skip
+    dealt = [decode_tile_ref(t, lens_q, lens_k, hq, hkv, 128, False, pack_rows=pack_rows, batch_order=256,
+                             stream_mix=True) for t in range(num_tiles)]  # fmt: skip
+    # The sorted order's tiles, mixed: the streaming tiles are its linear prefix [0, A).
+    units, pack_r, tiles_max, packed, _ = launch_schedule_ref(lens_q, lens_k, hq, hkv, 128, False, pack_rows=pack_rows)
+    cu = [0]
+    for b in order:
+        cu.append(cu[-1] + lens_q[b])
+    bound = mix_bound_ref(lens_q, order, cu, row_mult, units, pack_r, tiles_max, packed, num_tiles, 128, 1)
+    assert 0 < bound < num_tiles
+    for t, tile in enumerate(sorted_tiles):
+        if tile[3]:
+            assert (t < bound) == bool(streaming[tile[2]])
+    perm = [mixed_tile_ref(t, bound, num_tiles) for t in range(num_tiles)]
+    assert sorted(perm) == list(range(num_tiles))
+    assert dealt == [sorted_tiles[p] for p in perm]
+    taken = 0
+    for t, p in enumerate(perm):
+        taken += p < bound
+        assert taken == (t + 1) * bound // num_tiles
+    stream_seen = [tile[2] for tile in dealt if tile[3] and streaming[tile[2]]]
+    other_seen = [tile[2] for tile in dealt if tile[3] and not streaming[tile[2]]]
+    assert list(dict.fromkeys(stream_seen)) == order[:n_stream]
+    assert list(dict.fromkeys(other_seen)) == order[n_stream:]
+    # No streaming sequence, or nothing else: the batch order's own dealing.
+    for lq in ([700] * len(lens_q), [1] * len(lens_q)):
+        plain = [decode_tile_ref(t, lq, lens_k, hq, hkv, 128, False, pack_rows=pack_rows, batch_order=256)
+                 for t in range(launch_schedule_ref(lq, lens_k, hq, hkv, 128, False, pack_rows=pack_rows)[4])]  # fmt: skip
+        mixed = [decode_tile_ref(t, lq, lens_k, hq, hkv, 128, False, pack_rows=pack_rows, batch_order=256,
+                                 stream_mix=True) for t in range(len(plain))]  # fmt: skip
+        assert mixed == plain

@@ -96,9 +96,12 @@ from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes, til
 from .tile_scheduler import (
     PACK_MIN_SAVING,
     ROW_BLOCK,
+    STREAM_KEY_BIT,
     decode_tile,
+    first_slot,
     item_shift,
     slot_slack,
+    streaming_rows,
     tile_item,
     tile_items,
     tile_rows,
@@ -239,6 +242,8 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
             config.paged_fence_gathered_only and paged and config.paged_consumer_fence and config.page_tma != 0
         )
         self.batch_order = config.batch_order  # sort_batch: 2 .. batch_order sequences dealt longest first
+        # sort_batch ranks streaming rows first, walk_tiles deals their tiles among the others'
+        self.stream_mix = bool(config.stream_mix and config.batch_order)
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
@@ -602,6 +607,8 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         if not self.o_aliases_q:
             fields["sO"] = buf(self.out_dtype, sO_layout)
         if self.batch_order:  # sort_batch's sorted q-row prefix and order
+            if self.stream_mix:  # the streaming tiles' linear bound (sort_batch, mixed_tile)
+                fields["order_mix"] = cute.struct.MemRange[Int64, 1]
             fields["order_prefix"] = cute.struct.MemRange[Int32, self.batch_order + 1]
             fields["order"] = cute.struct.MemRange[cutlass.Int16, self.batch_order]
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
@@ -794,7 +801,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
             if const_expr(self.batch_order):
                 # Before the register split: the MMA warpgroups wait for their first tile anyway.
                 order = self.sort_batch(
-                    storage, mCuSeqlensQ, mCuSeqlensK, mSeqUsedK, use_seqused_k, warp_idx, batch_order
+                    storage, mCuSeqlensQ, mCuSeqlensK, mSeqUsedK, use_seqused_k, warp_idx, batch_order, sched, num_splits
                 )  # fmt: skip
                 sched_p = sched + (order,)
             else:
@@ -826,7 +833,10 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
 
     # ------------------------------------------------------------------ the persistent schedule
     @cute.jit
-    def sort_batch(self, storage, mCuSeqlensQ, mCuSeqlensK, mSeqUsedK, use_seqused_k, warp_idx, wanted: Int32):
+    def sort_batch(
+        self, storage, mCuSeqlensQ, mCuSeqlensK, mSeqUsedK, use_seqused_k, warp_idx, wanted: Int32, sched=None,
+        num_splits=1,
+    ):  # fmt: skip
         """TileConfig.batch_order: the producer warpgroup (all 128 threads; warp 0 decodes the
         tiles after it) writes the batch's sequences in the order the linear tile order deals them,
         longest first by key length (ties in the caller's order: FA3's LPT order of varlen batches,
@@ -836,7 +846,10 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         batch_order, then sOrder[v] = the caller's index of position v and sPrefix[v] =
         cu_seqlens_q[0] + the q-row spans (cu_seqlens_q gaps) of positions before v; else 0 and
         the caller's order. Ranks by counting (each thread compares its sequences' keys with all B,
-        one smem broadcast per key), the prefix by warp 0 (a chunk per lane, a shuffle scan)."""
+        one smem broadcast per key), the prefix by warp 0 (a chunk per lane, a shuffle scan).
+        TileConfig.stream_mix: the key ranks streaming sequences (`streaming_rows`) before the
+        others, and warp 0 writes the linear bound of their tiles to sMix[0] (`mix_bound`), which
+        `mixed_tile` reads; the order tuple then carries sMix as its fourth entry."""
         sPrefix = storage.order_prefix.get_tensor(cute.make_layout((self.batch_order + 1,)))
         sOrder = storage.order.get_tensor(cute.make_layout((self.batch_order,)))
         tidx = Int32(cute.arch.thread_idx()[0])
@@ -852,6 +865,12 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
                     len_k = Int32(mCuSeqlensK[b + 1]) - Int32(mCuSeqlensK[b])
                     if use_seqused_k != 0:
                         len_k = Int32(mSeqUsedK[b])
+                    if const_expr(self.stream_mix):
+                        # Streaming sequences first: bit 30 over the key length (clamped below it).
+                        span_q = Int32(mCuSeqlensQ[b + 1]) - Int32(mCuSeqlensQ[b])
+                        len_k = cutlass.min(len_k, Int32(STREAM_KEY_BIT - 1))
+                        if span_q <= streaming_rows(sched[12]):
+                            len_k = len_k + Int32(STREAM_KEY_BIT)
                     sPrefix[b] = len_k
             cute.arch.barrier(barrier_id=ORDER_BARRIER_ID, number_of_threads=PRODUCER_THREADS)
             rKey = cute.make_rmem_tensor(per, Int32)
@@ -893,7 +912,56 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
                     run = run + sPrefix[i]
                     sPrefix[i] = run
                 cute.arch.sync_warp()
+                if const_expr(self.stream_mix):
+                    self.mix_bound(storage, sPrefix, batch, sched, num_splits)
+        if const_expr(self.stream_mix):
+            return sorted_flag, sPrefix, sOrder, storage.order_mix.get_tensor(cute.make_layout((1,)))
         return sorted_flag, sPrefix, sOrder
+
+    @cute.jit
+    def mix_bound(self, storage, sPrefix: cute.Tensor, batch: Int32, sched, num_splits: Int32):
+        """TileConfig.stream_mix, producer warp 0 after sort_batch's scan: the streaming sequences
+        (ranked first) hold the linear indices [0, A) of the sorted order; sMix[0] = A (0 where none
+        or all stream: then `mixed_tile` keeps the order). The 32 lanes count the streaming
+        positions (their q-row spans, the sorted prefix's gaps) and sum them by shuffles."""
+        num_tiles, num_units, pack_r, _, tiles_max, packed = sched[:6]
+        row_mult = sched[12]
+        lane = cute.arch.lane_idx()
+        limit = streaming_rows(row_mult)
+        count = Int32(0)
+        for i in cutlass.range(lane, batch, 32):
+            count = count + Int32(sPrefix[i + 1] - sPrefix[i] <= limit)
+        for k in cutlass.range_constexpr(5):
+            count = count + cute.arch.shuffle_sync_bfly(count, offset=1 << k)
+        slots = Int64(count) * Int64(tiles_max)
+        if packed != 0:
+            slots = first_slot(Int32(sPrefix[count]), count, pack_r, self.tile_m, row_mult)
+        bound = slots * Int64(num_units) * Int64(num_splits)
+        if count == 0 or count == batch or num_tiles > Int64(2**31 - 1):
+            bound = Int64(0)
+        if lane == 0:
+            sMix = storage.order_mix.get_tensor(cute.make_layout((1,)))
+            sMix[0] = bound
+        cute.arch.sync_warp()
+
+    @cute.jit
+    def mixed_tile(self, t: Int64, num_tiles: Int64, order) -> Int64:
+        """TileConfig.stream_mix: the sorted order's tile that dealing position t takes. With A =
+        sMix[0] streaming tiles of N = num_tiles (0 < A < N), position t takes streaming tile
+        floor(t A / N) where floor((t + 1) A / N) passes it (A of the N positions, evenly spread),
+        else the others' tile A + t - floor(t A / N): a bijection of [0, N) that keeps each kind's
+        own order (tile_scheduler.mixed_tile_ref)."""
+        sorted_flag, _, _, sMix = order
+        t_mixed = t
+        if sorted_flag != 0:
+            a = sMix[0]
+            if a != Int64(0):
+                before = t * a // num_tiles
+                if (t + Int64(1)) * a // num_tiles > before:
+                    t_mixed = before
+                else:
+                    t_mixed = a + t - before
+        return t_mixed
 
     @cute.jit
     def prefetch_lines(self, mArr: cute.Tensor):
@@ -1006,7 +1074,12 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         lane = cute.arch.lane_idx()
         t = Int64(cute.arch.block_idx()[0])
         while t < num_tiles:
-            unit, tile, batch_idx, has_rows, seqlen, block_info, items, split = self.tile_at(t, sched, mask_numbers, splits)
+            t_dealt = t
+            if const_expr(self.stream_mix):
+                t_dealt = self.mixed_tile(t, num_tiles, sched[13])
+            unit, tile, batch_idx, has_rows, seqlen, block_info, items, split = self.tile_at(
+                t_dealt, sched, mask_numbers, splits
+            )  # fmt: skip
             if has_rows != 0:
                 go = split + 1  # non-zero: a tile; the readers recover its split
                 tile_state = self.hand_over(pipe_tile, sTile, tile_state, go, unit, tile, batch_idx, seqlen, items)

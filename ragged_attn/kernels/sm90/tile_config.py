@@ -140,6 +140,13 @@ class TileConfig:
     # key lengths in smem: 4 (batch_order + 1) + 2 batch_order bytes), FA3's LPT order of varlen
     # batches without its prepare kernel; larger batches, and 0, keep the caller's order.
     batch_order: int = 0
+    # Streaming rows dealt among the others (tile_scheduler.py "Stream mix"; with batch_order): the
+    # batch order ranks the sequences of at most one 64-row block of query rows (row-packed rows
+    # counted: decode and spec-decode rows, whose tiles stream K/V from HBM) before the others, and
+    # the launch deals their tiles evenly through the others' (a run-time permutation of the linear
+    # order), so HBM-bound and tensor-bound tiles run side by side on different SMs instead of one
+    # kind after the other (vLLM's mixed batch: decode rows, then prefill chunks). 8 bytes of smem.
+    stream_mix: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -197,7 +204,8 @@ def smem_bytes(cfg: TileConfig, d_qk: int, d_v: int, o_separate: bool, elem_byte
         total = _round_up(total, _ALIGN) + elems * elem_bytes
     if cfg.batch_order:  # the sorted q-row prefix (int32, B + 1) and the order (int16, B)
         # (the struct's size rounds up to its 1024-byte alignment)
-        total = _round_up(_round_up(total, 4) + 4 * (cfg.batch_order + 1) + 2 * cfg.batch_order, _ALIGN)
+        mix = 8 if cfg.stream_mix else 0  # stream_mix: the streaming tiles' linear bound (int64)
+        total = _round_up(_round_up(total, 8 if mix else 4) + mix + 4 * (cfg.batch_order + 1) + 2 * cfg.batch_order, _ALIGN)
     return total
 
 

@@ -90,6 +90,20 @@ def total_tiles(
     return slots * Int64(num_units) * Int64(num_splits)
 
 
+# Stream mix (TileConfig.stream_mix; forward.py sort_batch, mix_bound, mixed_tile): a sequence
+# streams where its query rows (row-packed rows counted) fit one 64-row block, so each of its tiles
+# reads its K/V once from HBM for few rows of math (decode and spec-decode rows); the batch order's
+# key sets this bit over the key length (clamped below it) so they rank first.
+STREAM_KEY_BIT = 1 << 30
+
+
+@cute.jit
+def streaming_rows(row_mult: Int32) -> Int32:
+    """The most query tokens a streaming sequence has: ROW_BLOCK // row_mult (rows = tokens * g
+    where the launch packs rows)."""
+    return Int32(ROW_BLOCK) // row_mult
+
+
 @cute.jit
 def first_slot(cu_q: Int32, b: Int32, pack_r: Int32, tile_m: cutlass.Constexpr[int], row_mult: Int32 = 1) -> Int64:
     """first(b) of the packed order (module docstring), 64-bit; 32-bit arithmetic without packing
@@ -288,7 +302,7 @@ def decode_tile(
         if const_expr(order is None):
             batch_idx, rel = sequence_and_offset(mCuSeqlensQ, slot_lin, pack_r, tile_m, row_mult)
         else:
-            sorted_flag, sPrefix, sOrder = order
+            sorted_flag, sPrefix, sOrder = order[:3]
             rel = Int64(0)
             if sorted_flag != 0:
                 batch = cute.size(mCuSeqlensQ.shape[0]) - 1
@@ -387,33 +401,74 @@ def row_mult_ref(num_heads, num_heads_kv, pack_rows, lse_s_max=0):
     return g if pack_rows and g > 1 and lse_s_max == 0 else 1
 
 
-def batch_order_ref(lens_k, batch_order: int):
+def batch_order_ref(lens_k, batch_order: int, lens_q=None, row_mult: int = 1, stream_mix: bool = False):
     """Pure-Python twin of the kernel's batch order (forward.py `sort_batch`): the sequences by key
     length, longest first, ties in the caller's order (a stable sort), for a batch of 2 to
-    batch_order sequences; None (the caller's order) otherwise."""
+    batch_order sequences; None (the caller's order) otherwise. stream_mix (TileConfig.stream_mix,
+    with lens_q and the launch's row_mult): streaming sequences (`is_streaming_ref`) first, each
+    kind by key length (clamped below STREAM_KEY_BIT)."""
     if not batch_order or not 2 <= len(lens_k) <= batch_order:
         return None
-    return sorted(range(len(lens_k)), key=lambda b: -lens_k[b])
+    if not stream_mix:
+        return sorted(range(len(lens_k)), key=lambda b: -lens_k[b])
+    return sorted(
+        range(len(lens_k)),
+        key=lambda b: (-is_streaming_ref(lens_q[b], row_mult), -min(lens_k[b], STREAM_KEY_BIT - 1)),
+    )
+
+
+def is_streaming_ref(len_q: int, row_mult: int = 1) -> int:
+    """1 where a sequence streams (TileConfig.stream_mix): its len_q tokens (times row_mult packed
+    rows each) fit one 64-row block (`streaming_rows`)."""
+    return int(len_q <= ROW_BLOCK // row_mult)
+
+
+def mix_bound_ref(lens_q, order, cu, row_mult, num_units, pack_r, tiles_max, packed, num_tiles, tile_m, num_splits):
+    """Pure-Python twin of forward.py `mix_bound`: the linear bound of the streaming sequences' tiles
+    in the sorted order (0 where none or all stream, or past 2**31 - 1 tiles)."""
+    count = sum(is_streaming_ref(lens_q[b], row_mult) for b in order)
+    if count in (0, len(order)) or num_tiles > 2**31 - 1:
+        return 0
+    if packed:
+        slots = pack_r * row_mult * cu[count] // tile_m + count * (1 if row_mult != 1 else slot_slack(pack_r, tile_m // ROW_BLOCK))
+    else:
+        slots = count * tiles_max
+    return slots * num_units * num_splits
+
+
+def mixed_tile_ref(t: int, bound: int, num_tiles: int) -> int:
+    """Pure-Python twin of forward.py `mixed_tile`: the sorted order's tile that dealing position t
+    takes when its first `bound` linear indices are the streaming sequences' tiles."""
+    if bound == 0:
+        return t
+    before = t * bound // num_tiles
+    return before if (t + 1) * bound // num_tiles > before else bound + t - before
 
 
 def decode_tile_ref(
     t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False,
-    num_splits=1, pack_rows=False, batch_order=0,
+    num_splits=1, pack_rows=False, batch_order=0, stream_mix=False,
 ):  # fmt: skip
     """Pure-Python twin of `decode_tile` (with the launch's counts): (unit, tile, batch_idx,
     has_rows, pack_r, split), for tests. With row packing (pack_rows; `row_mult_ref` > 1) tile is
     the unit's tile of tile_m packed rows (module docstring). batch_order: TileConfig.batch_order
-    (`batch_order_ref`: the linear order's sequences sorted by key length)."""
+    (`batch_order_ref`: the linear order's sequences sorted by key length). stream_mix:
+    TileConfig.stream_mix (dealing position t, `mixed_tile_ref`, where the batch is sorted);
+    "sort": its order of sequences without the dealing permutation (tests)."""
     num_wg = tile_m // ROW_BLOCK
-    num_units, pack_r, tiles_max, packed, _ = launch_schedule_ref(
-        lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max, token_bytes, pack_rows=pack_rows
+    num_units, pack_r, tiles_max, packed, num_tiles = launch_schedule_ref(
+        lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max, token_bytes, num_splits, pack_rows
     )
     ratio = num_heads // num_heads_kv
     row_mult = row_mult_ref(num_heads, num_heads_kv, pack_rows, lse_s_max)
-    order = batch_order_ref(lens_k, batch_order) or list(range(len(lens_q)))
+    sorted_order = batch_order_ref(lens_k, batch_order, lens_q, row_mult, bool(stream_mix))
+    order = sorted_order or list(range(len(lens_q)))
     cu = [0]  # the q-row prefix in the linear order's sequence order
     for b in order:
         cu.append(cu[-1] + lens_q[b])
+    if stream_mix is True and sorted_order is not None:
+        t = mixed_tile_ref(t, mix_bound_ref(lens_q, order, cu, row_mult, num_units, pack_r, tiles_max, packed,
+                                            num_tiles, tile_m, num_splits), num_tiles)  # fmt: skip
     t, split = divmod(t, num_splits)
     unit_x, slot_lin = t % num_units, t // num_units
     has_slot = 1
