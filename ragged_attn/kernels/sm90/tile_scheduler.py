@@ -51,6 +51,18 @@ v of the order takes the place of b above (first(v) over the sorted q-row prefix
 forward.py `sort_batch` writes to smem in each CTA's prologue), and the decoded tile's batch_idx is
 the caller's index of position v. 2 to batch_order sequences; otherwise the caller's order.
 
+Stream mix (TileConfig.stream_mix, with the batch order): the sort's key ranks streaming sequences
+(at most one 64-row block of query rows, row-packed rows counted: decode and spec-decode rows, each
+of whose tiles reads its K/V once from HBM for a few rows of math) before the others, each kind by
+key length; their tiles then hold the linear indices [0, A) of the sorted order (A: forward.py
+`mix_bound`, per launch), and the tile counter's position t deals streaming tile floor(t A / N)
+where floor((t + 1) A / N) passes it, else the others' tile A + t - floor(t A / N) (`mixed_tile`,
+N the launch's linear tiles). Every prefix of the dealing holds its share of each kind, so some SMs
+stream K/V while the others do math, instead of the whole GPU doing one and then the other (vLLM's
+mixed batch: ~1045 us of decode rows at 4.4 TB/s, then ~615 us of prefill chunks). No streaming
+sequence, or nothing else: A = 0, the batch order's own dealing. Twins: `batch_order_ref`,
+`mix_bound_ref`, `mixed_tile_ref`.
+
 Long sequences (K/V of all query heads > L2_KV_BYTES) re-deal their (unit, slot) tiles in L2
 groups of query heads: G heads take all their tiles, G heads per slot, before the next G start
 (a partial last group allowed). G = L2_KV_BYTES / (one head's K/V bytes) query heads rounded down
