@@ -471,11 +471,18 @@ def _tiles(layout_class) -> TileConfig:
         # 1629.9), its prefill chunks 650.5 -> 644.8; paged / ragged, page 16 | 64 | 128: 1 x 8192
         # 0.947 0.952 0.967 -> 0.953 0.957 0.971, longtail14 0.876 0.926 0.948 -> 0.885 0.929 0.945,
         # 64 x 128 0.867 0.972 0.992 -> 0.858 0.976 0.972.
+        # stream_mix (the classes with row packing, which serve decode rows): H200, session 17
+        # (interleaved, one process; tools/bench_vllm_mixed.py): vLLM's mixed batch at page 16
+        # 1625.4 -> 1532.8 us paged (FA3 on a ragged copy 1600.3, FA4 paged 1857.4), 1593.5 ->
+        # 1485.6 ragged; page 64 1620.6 -> 1526.2; its decode rows alone and prefill chunks alone
+        # (nothing to mix) within +-0.4%. GPU tests ran with it on the d128 classes (163 passed, and
+        # tests/gpu/test_batch_order_gpu.py 15); the softcap class keeps its kernel until its own run.
         paged = layout_class.kv == "paged"
+        rows = _rows(layout_class)
         return TileConfig(
-            128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=_rows(layout_class),
+            128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=rows,
             page_tma=128 if paged else 0, page_tma_small=16 if paged else 0, page_box_warps=4 if paged else 1,
-            paged_fence_gathered_only=paged,
+            paged_fence_gathered_only=paged, stream_mix=rows and not getattr(layout_class, "softcap", False),
         )  # fmt: skip
     if d_qk <= 192:
         # o_turn_every_thread: H200, session 16 (interleaved; DeepSeek shapes, 128/128 heads, d
