@@ -476,7 +476,8 @@ def _tiles(layout_class) -> TileConfig:
         # 1625.4 -> 1532.8 us paged (FA3 on a ragged copy 1600.3, FA4 paged 1857.4), 1593.5 ->
         # 1485.6 ragged; page 64 1620.6 -> 1526.2; its decode rows alone and prefill chunks alone
         # (nothing to mix) within +-0.4%. GPU tests ran with it on the d128 classes (163 passed, and
-        # tests/gpu/test_batch_order_gpu.py 15); the softcap class keeps its kernel until its own run.
+        # tests/gpu/test_batch_order_gpu.py 15); the softcap class keeps its kernel until a sorted
+        # softcap batch runs with it (test_softcap_sinks_gpu.py passed with it, but sorts none).
         paged = layout_class.kv == "paged"
         rows = _rows(layout_class)
         return TileConfig(
