@@ -177,6 +177,33 @@ def test_crossing_boxes_need_a_small_box_and_rows_view_boxes_need_boxes():
     with pytest.raises(ValueError, match="page_prefetch: needs page_tma"):
         TileConfig(128, 128, page_prefetch=True)
     assert TileConfig(128, 128, page_tma=128, page_prefetch=True).page_prefetch
+    with pytest.raises(ValueError, match="page_crossing_k_box: needs page_tma"):
+        TileConfig(128, 128, page_crossing_k_box=True)
+    with pytest.raises(ValueError, match="page_crossing_k_box: not with page_box_crossing"):
+        TileConfig(128, 128, page_tma=128, page_tma_small=16, page_box_warps=4, page_box_crossing=True,
+                   page_crossing_k_box=True)  # fmt: skip
+    assert TileConfig(128, 128, page_tma=128, page_tma_small=16, page_crossing_k_box=True).page_crossing_k_box
+
+
+def test_crossing_block_k_by_box_compiles_without_spills(capfd):
+    """TileConfig.page_crossing_k_box (a measurement variant, session 17): the d128 paged class with
+    the crossing block's K by its 128-key box and its V gathered fits the producer's registers."""
+    lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
+    compile_without_spills(lc, capfd, dataclasses.replace(tile_config(lc), page_crossing_k_box=True))
+
+
+@pytest.mark.parametrize("kv", ["ragged", "paged"])
+def test_stream_mix_on_the_d128_causal_classes_compiles_without_spills(kv, capfd):
+    """TileConfig.stream_mix (session 17): the d128 causal classes ship it beside the batch order
+    (sort_batch's key, mix_bound, mixed_tile's two 64-bit divisions per tile in producer warp 0),
+    without spills; the softcap class and the other head dims do not have it."""
+    lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", False, kv)
+    cfg = tile_config(lc)
+    assert cfg.stream_mix and cfg.batch_order
+    assert not tile_config(LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, kv, softcap=True)).stream_mix
+    assert not tile_config(LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "causal", True, kv)).stream_mix
+    assert not tile_config(LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "window", True, kv)).stream_mix
+    compile_without_spills(lc, capfd, cfg)
 
 
 def test_producer_registers_override():

@@ -233,6 +233,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         self.page_box_warps = config.page_box_warps  # producer warps issuing a block's boxes
         self.page_prefetch = config.page_prefetch and paged  # boxes prefetched into L2 before the stage acquire
         self.page_box_crossing = config.page_box_crossing and paged  # the crossing block's whole runs by boxes too
+        self.page_crossing_k_box = config.page_crossing_k_box and paged  # the crossing block's K by its page_tma box
         # One instruction per box over the rows view: head dims of whole 64-column bands only (d96
         # classes keep d / 64 instructions per box; a variant run over every class stays valid).
         self.page_tma_rows = config.page_tma_rows and paged and d_qk % 64 == 0 and d_v % 64 == 0

@@ -5,7 +5,8 @@ page size allows: `box_kind`, `box_block`), on `PipelineCpAsync` stage barriers 
 writer signal.
 
 Attributes the mixin reads (set by RaggedForwardSm90.__init__): dtype, d_qk, d_v, tile_n, q_first,
-page_tma, page_tma_small, page_box_warps, page_box_crossing, page_tma_rows, page_prefetch, bytes_k, bytes_v, and
+page_tma, page_tma_small, page_box_warps, page_box_crossing, page_crossing_k_box, page_tma_rows, page_prefetch,
+bytes_k, bytes_v, and
 forward.py's schedule methods and producer.py's `load_q`."""
 
 from __future__ import annotations
@@ -108,10 +109,11 @@ class PagedProducer:
                 else:
                     self.load_crossing_or_gathered(block, kind)
             elif const_expr(self.page_tma):
-                if self.box_block(box_ok, n_block, seqlen.len_k) != 0:
+                kind = self.box_block(box_ok, n_block, seqlen.len_k)
+                if kind == 1:
                     self.load_paged_block(block, True)
                 else:
-                    self.load_paged_block(block, False)
+                    self.load_crossing_or_gathered(block, kind)
             else:
                 self.load_paged_block(block, False)
             kv_state.advance()
@@ -127,8 +129,14 @@ class PagedProducer:
     @cute.jit
     def load_crossing_or_gathered(self, block, kind: Int32):
         """A block `box_block` did not give whole boxes: with page_box_crossing, kind 3 (the block
-        crossing len_k, its whole runs by boxes); else the gather."""
-        if const_expr(self.page_box_crossing):
+        crossing len_k, its whole runs by boxes); with page_crossing_k_box, kind 4 (the crossing
+        block's K by its page_tma box, its V gathered); else the gather."""
+        if const_expr(self.page_crossing_k_box):
+            if kind == 4:
+                self.load_paged_block(block, 4)
+            else:
+                self.load_paged_block(block, 0)
+        elif const_expr(self.page_box_crossing):
             if kind == 3:
                 self.load_paged_block(block, 3)
             else:
@@ -147,25 +155,26 @@ class PagedProducer:
         page, slot = None, None
         if const_expr(by_box):
             page, slot = kv.box_pages[0], kv.box_slots[0]  # read before the next block's fetch replaces them
-        if const_expr(by_box == 0 or by_box == 3):
+        if const_expr(by_box == 0 or by_box == 3 or by_box == 4):
             kv.resolve_rows(n_block)
         if const_expr(self.page_prefetch and by_box == 0):
             kv.prefetch_rows()  # the gathered block's rows into L2 before the stage acquire
         if i + 1 < n_blocks:
             self.fetch_block_pages(kv, box_ok, n_block - 1, seqlen.len_k)  # in flight during the waits
         stage = (kv, kv_state, n_block, head_kv, warp_idx, page, slot)
-        box = boxes[4:] if const_expr(by_box >= 2) else boxes[:4]
+        box = boxes[4:] if const_expr(by_box == 2 or by_box == 3) else boxes[:4]
         if const_expr(self.page_prefetch and (by_box == 1 or by_box == 2)):
             # K's and V's boxes into L2 before K's stage acquire (TileConfig.page_prefetch)
             small = self.page_tma_small if const_expr(by_box == 2) else 0
             kv.prefetch_boxes(box[0], self.box_head(box[1], head_kv), sK[None, None, 0], self.d_qk, warp_idx, page, slot, small)
             kv.prefetch_boxes(box[2], self.box_head(box[3], head_kv), sV[None, None, 0], self.d_v, warp_idx, page, slot, small)
-        self.load_paged_stage(stage, pipe_k, sK, box[0], box[1], self.bytes_k, self.d_qk, True, by_box)
+        # page_crossing_k_box (by_box 4): K by the page_tma box, V by the gather
+        self.load_paged_stage(stage, pipe_k, sK, box[0], box[1], self.bytes_k, self.d_qk, True, 1 if by_box == 4 else by_box)
         if const_expr(not self.q_first and self.traces_q(items)):
             if i == 0:
                 if warp_idx == 0:
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items, sched[12])
-        self.load_paged_stage(stage, pipe_v, sV, box[2], box[3], self.bytes_v, self.d_v, False, by_box)
+        self.load_paged_stage(stage, pipe_v, sV, box[2], box[3], self.bytes_v, self.d_v, False, 0 if by_box == 4 else by_box)
 
     @cute.jit
     def load_paged_stage(
@@ -241,6 +250,10 @@ class PagedProducer:
         by_box = Int32(0)
         if const_expr(self.page_tma):
             by_box = box_ok * Int32((n_block + 1) * self.tile_n <= len_k)
+        if const_expr(self.page_crossing_k_box):
+            # 4: the block crossing len_k, where the pool takes page_tma's boxes (its K by one)
+            crossing = Int32((n_block * self.tile_n < len_k) & ((n_block + 1) * self.tile_n > len_k) & (box_ok == 1))
+            by_box = by_box + crossing * 4
         if const_expr(self.page_box_crossing):
             # 3: the block crossing len_k with at least one whole small run inside it
             rows = len_k - n_block * self.tile_n
@@ -262,11 +275,18 @@ class PagedProducer:
                 if const_expr(self.page_box_crossing):
                     if kind == 3:  # the crossing block: its runs' boxes and the rest's rows
                         kv.fetch_box_pages(n_block, self.page_tma_small)
+                if const_expr(self.page_crossing_k_box):
+                    if kind == 4:  # the crossing block: K's box page, then V's rows
+                        kv.fetch_box_pages(n_block)
                 kv.fetch_pages(n_block)
         elif const_expr(self.page_tma):
-            if self.box_block(box_ok, n_block, len_k) != 0:
+            kind = self.box_block(box_ok, n_block, len_k)
+            if kind == 1:
                 kv.fetch_box_pages(n_block)
             else:
+                if const_expr(self.page_crossing_k_box):
+                    if kind == 4:
+                        kv.fetch_box_pages(n_block)
                 kv.fetch_pages(n_block)
         else:
             kv.fetch_pages(n_block)

@@ -94,6 +94,13 @@ class TileConfig:
     # runs inside len_k by TMA boxes too, and gathers only the rest (its last partial run); off: the
     # whole crossing block is gathered. A measurement variant (unmeasured).
     page_box_crossing: bool = False
+    # Paged classes with page_tma, pools whose page size is a multiple of it (box_kind 1): the key
+    # block crossing len_k takes its K as the block's page_tma box too (rows past len_k come from the
+    # same page, whatever they hold: apply_mask replaces their scores by -inf, a select, so NaN does
+    # not pass), and gathers only its V (zero-filled past len_k, as P V needs: 0 * NaN is NaN); off:
+    # the whole crossing block is gathered. The crossing block is a causal tile's first, on its
+    # critical path. A measurement variant.
+    page_crossing_k_box: bool = False
     # Paged classes with page_tma, d a multiple of 64: K / V stages column-first (each 8-row group's
     # 64-column bands side by side) and one TMA instruction per box over the pool's rows view (64
     # columns, 8 rows, d / 64 bands, row groups, H_kv), for pools whose pages are contiguous runs of
@@ -170,6 +177,10 @@ class TileConfig:
             raise ValueError(f"TileConfig.page_box_warps: expected 1, 2 or 4, got {self.page_box_warps}")
         if self.page_box_crossing and not self.page_tma_small:
             raise ValueError("TileConfig.page_box_crossing: needs page_tma_small (the crossing block's boxes)")
+        if self.page_crossing_k_box and not self.page_tma:
+            raise ValueError("TileConfig.page_crossing_k_box: needs page_tma (the crossing block's K box)")
+        if self.page_crossing_k_box and self.page_box_crossing:
+            raise ValueError("TileConfig.page_crossing_k_box: not with page_box_crossing (one crossing-block path)")
         if self.page_tma_rows and not self.page_tma:
             raise ValueError("TileConfig.page_tma_rows: needs page_tma (the boxes it issues)")
         if self.page_prefetch and not self.page_tma:
