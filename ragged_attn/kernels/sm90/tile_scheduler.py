@@ -437,7 +437,9 @@ def is_streaming_ref(len_q: int, row_mult: int = 1) -> int:
 
 def mix_bound_ref(lens_q, order, cu, row_mult, num_units, pack_r, tiles_max, packed, num_tiles, tile_m, num_splits):
     """Pure-Python twin of forward.py `mix_bound`: the linear bound of the streaming sequences' tiles
-    in the sorted order (0 where none or all stream, or past 2**31 - 1 tiles)."""
+    in the sorted order (0 where none or all stream, or past 2**31 - 1 tiles). Like the other twins
+    it takes cu_seqlens_q[0] = 0; the kernel's prefix starts at cu_seqlens_q[0], and its bound is
+    first(count) of that prefix, the same boundary in its own slot numbering."""
     count = sum(is_streaming_ref(lens_q[b], row_mult) for b in order)
     if count in (0, len(order)) or num_tiles > 2**31 - 1:
         return 0
