@@ -109,3 +109,21 @@ def test_reference_matches_the_library_reference_backend():
     assert math.isclose(
         bench.error_vs_reference(shifted, b, {s: refs[s] for s in subset})[0], 1.0, rel_tol=1e-5
     )
+
+
+def test_heads_and_head_dim_come_from_the_environment(monkeypatch):
+    # VLLM_BENCH_HEADS / VLLM_BENCH_D: the same batch at another class (read when the module loads).
+    monkeypatch.setenv("VLLM_BENCH_HEADS", "16/4")
+    monkeypatch.setenv("VLLM_BENCH_D", "64")
+    spec = importlib.util.spec_from_file_location("bench_vllm_mixed_d64", os.path.join(ROOT, "tools", "bench_vllm_mixed.py"))
+    other = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = other
+    try:
+        spec.loader.exec_module(other)
+        assert (other.H_Q, other.H_KV, other.D) == (16, 4, 64)
+        lens_q, lens_k, kinds = other.vllm_mixed_lengths(**SMALL)
+        batch = other.build_batch(lens_q, lens_k, kinds, 16, device="cpu")
+        assert batch.q.shape[1:] == (16, 64) and batch.k_pool.shape[2:] == (4, 64)
+    finally:
+        del sys.modules[spec.name]
+    assert (bench.H_Q, bench.H_KV, bench.D) == (32, 8, 128)  # the default module is untouched

@@ -5,7 +5,7 @@ The batch (`vllm_mixed_lengths`, seed SEED = 14004, Python's random.Random): 4 p
 = context + chunk), and 64 decode rows (1 query each) over 2048..32768 keys (uniform; bounds
 inclusive); decode rows first, then the chunks (VLLM_BENCH_ORDER=decode_first | prefill_first |
 shuffled | longest_first: sequences by key length, longest first, the batch-level LPT order that
-FA3's prepare kernel sorts its varlen batches into; ours takes a batch in the caller's order). H_q 32, H_kv 8, d 128, bf16, causal bottom-right aligned (FlashAttention's and vLLM's
+FA3's prepare kernel sorts its varlen batches into; ours takes a batch in the caller's order). H_q 32, H_kv 8, d 128 (VLLM_BENCH_HEADS, VLLM_BENCH_D), bf16, causal bottom-right aligned (FlashAttention's and vLLM's
 convention: query i of a sequence with lq queries and lk keys sees key j iff j <= i + lk - lq), no
 LSE (vLLM's FlashAttention backend asks for none). K/V in a paged NHD pool (num_pages, page_size,
 H_kv, d) of page size 16 (argv: one or more page sizes, e.g. `16 64 128`), the pages of every
@@ -87,7 +87,10 @@ sys.path.insert(0, os.environ.get("VLLM_BENCH_OURS_TREE") or ROOT)
 from ragged_attn.bench.timing import gpu_ms_interleaved, host_us  # noqa: E402
 
 SEED = 14004  # issue 14, item 4
-H_Q, H_KV, D = 32, 8, 128
+# VLLM_BENCH_HEADS ("H_q/H_kv", default 32/8) and VLLM_BENCH_D (head dim of Q, K and V, default 128):
+# the same batch at another class (e.g. d64 for the stream mix beyond the d128 classes).
+H_Q, H_KV = (int(x) for x in os.environ.get("VLLM_BENCH_HEADS", "32/8").split("/"))
+D = int(os.environ.get("VLLM_BENCH_D", "128"))
 N_PREFILL, N_DECODE = 4, 64
 PREFILL_Q = (512, 2048)  # queries per prefill chunk, inclusive bounds
 PREFILL_CONTEXT = (0, 8192)  # keys before the chunk (earlier chunks of the same request)
