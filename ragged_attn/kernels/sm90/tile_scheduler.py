@@ -444,10 +444,16 @@ def mix_bound_ref(lens_q, order, cu, row_mult, num_units, pack_r, tiles_max, pac
     if count in (0, len(order)) or num_tiles > 2**31 - 1:
         return 0
     if packed:
-        slots = pack_r * row_mult * cu[count] // tile_m + count * (1 if row_mult != 1 else slot_slack(pack_r, tile_m // ROW_BLOCK))
+        slots = first_slot_ref(cu[count], count, pack_r, tile_m, row_mult)
     else:
         slots = count * tiles_max
     return slots * num_units * num_splits
+
+
+def first_slot_ref(cu_q: int, v: int, pack_r: int, tile_m: int, row_mult: int = 1) -> int:
+    """Pure-Python twin of `first_slot`: first(v) of the packed order over q-row prefix value cu_q
+    (row packing has pack_r 1, whose slack is 1)."""
+    return pack_r * row_mult * cu_q // tile_m + v * slot_slack(pack_r, tile_m // ROW_BLOCK)
 
 
 def mixed_tile_ref(t: int, bound: int, num_tiles: int) -> int:
@@ -487,7 +493,7 @@ def decode_tile_ref(
     unit_x, slot_lin = t % num_units, t // num_units
     has_slot = 1
     if packed:
-        firsts = [pack_r * row_mult * cu[v] // tile_m + v * slot_slack(pack_r, num_wg) for v in range(len(lens_q))]
+        firsts = [first_slot_ref(cu[v], v, pack_r, tile_m, row_mult) for v in range(len(lens_q))]
         v = max([i for i, f in enumerate(firsts) if f <= slot_lin], default=0)
         slot = slot_lin - firsts[v]
         if slot < 0:
