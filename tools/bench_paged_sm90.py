@@ -9,8 +9,11 @@ PAGED_BENCH_LENS=N,N,... replaces the 14 lengths (e.g. 8192 for one long sequenc
 `python -c "print(','.join(['128'] * 64))"`), to tell a per-tile cost from a per-block one.
 PAGED_BENCH_D=64|96|128|192 picks the head-dim class (192: d_qk 192, d_v 128; default 128).
 PAGED_BENCH_IN_ORDER=16,64: also those page sizes with each sequence's pages in order in the pool
-(the memory locality alone). PAGED_BENCH_INTERLEAVED=R: after the table, every run again in R rounds interleaved
+(the memory locality alone). PAGED_BENCH_WINDOW=16:64: page 16 shuffled only within runs of 64
+consecutive pages (locality at the window's scale kept). PAGED_BENCH_SPREAD=16:64: page 16 drawn at
+random from a pool 64 times the batch's pages (how far apart pages lie in memory). PAGED_BENCH_INTERLEAVED=R: after the table, every run again in R rounds interleaved
 (ragged_attn.bench.timing.gpu_ms_interleaved: clock drift falls on all runs alike), GPU ms medians.
+cuDNN's paged SDPA (ragged_attn.bench.peers.CudnnTHD) runs on every pool too (PAGED_BENCH_CUDNN=0: not).
 Usage: [RAGGED_ATTN_VARIANTS=v1,v2] [PAGED_BENCH_FA4=0] python tools/bench_paged_sm90.py (variants: the kernels built into
 RAGGED_ATTN_SM90_PREBUILT/<variant>/, timed beside this tree's)
 """
@@ -71,14 +74,22 @@ def make_problem(dev="cuda"):
                   lse_s_max=0, softmax_scale=D**-0.5, window_left=-1, window_right=-1, bottom_right=True,
                   lse_strides=(0, H_Q, H_Q, 1))
 
-    def pools(ps, in_order=False):
+    def pools(ps, in_order=False, window=0, spread=1):
+        """NHD pools of page size ps: pages shuffled over the pool (default), in order (in_order),
+        shuffled only within runs of `window` consecutive pages (window > 0), or drawn at random
+        from a pool `spread` times the pages the batch needs (spread > 1; the rest NaN)."""
         n_pages = [(n + ps - 1) // ps for n in lens]
+        need = sum(n_pages)
+        gen = torch.Generator().manual_seed(ps)
         if in_order:  # PAGED_BENCH_IN_ORDER: each sequence's pages consecutive in the pool
-            perm = torch.arange(sum(n_pages), device=dev)
+            perm = torch.arange(need)
+        elif window:  # PAGED_BENCH_WINDOW: locality kept at the window's scale, lost below it
+            perm = torch.cat([w[torch.randperm(len(w), generator=gen)] for w in torch.arange(need).split(window)])
         else:
-            perm = torch.randperm(sum(n_pages), generator=torch.Generator().manual_seed(ps)).to(dev)
-        kp = torch.full((sum(n_pages), ps, H_KV, D), float("nan"), device=dev, dtype=dt)
-        vp = torch.full((sum(n_pages), ps, H_KV, D_V), float("nan"), device=dev, dtype=dt)
+            perm = torch.randperm(need * spread, generator=gen)[:need]
+        perm = perm.to(dev)
+        kp = torch.full((need * spread, ps, H_KV, D), float("nan"), device=dev, dtype=dt)
+        vp = torch.full((need * spread, ps, H_KV, D_V), float("nan"), device=dev, dtype=dt)
         table = torch.zeros(len(lens), max(n_pages), dtype=torch.int32, device=dev)
         start, nxt = 0, 0
         for b, (n, npg) in enumerate(zip(lens, n_pages)):
@@ -106,6 +117,37 @@ def launches(q, k, v, cu, used, common):
         )
 
     return ragged_call, paged_call
+
+
+def record_cudnn(record, lens, q, k, v, cu, used, pools_by_label):
+    """cuDNN THD SDPA (one graph per pool, built outside the timing) ragged and on each pool; a
+    system that declines or fails is reported as a FAILED row by `record`."""
+    from ragged_attn.bench.peers import CudnnTHD
+    from ragged_attn.bench.workloads import Inputs, Model, Workload
+
+    model = Model("paged-bench", H_Q, H_KV, D, D_V)
+    lens_t = tuple(lens)
+    ragged = Inputs(q, k, v, cu, cu, max(lens), max(lens))
+    cases = [("cuDNN ragged", None, ragged)]
+    for ps, (kp, vp, table) in pools_by_label.items():
+        size = kp.shape[1]
+        cases.append((f"cuDNN paged page {ps}", size, Inputs(q, kp, vp, cu, None, max(lens), max(lens), table, used)))
+    for label, size, inp in cases:
+        def call(inp=inp, size=size):
+            system = CudnnTHD()
+            if system.availability(q.device):
+                raise RuntimeError(system.availability(q.device))
+            w = Workload(label, model, lens_t, lens_t, True, page_size=size)
+            system.setup(w, inp)
+            fn, _ = system.bind(w, inp)
+            return fn
+
+        try:
+            fn = call()
+        except Exception as e:  # noqa: BLE001 (reported as a row, as record does)
+            record(f"{label} (setup)", lambda e=e: (_ for _ in ()).throw(e))
+            continue
+        record(label, fn)
 
 
 def main():
@@ -137,6 +179,16 @@ def main():
     # "16 in order"): the same kernel and page count, only the pool's memory locality differs.
     for ps in filter(None, os.environ.get("PAGED_BENCH_IN_ORDER", "").split(",")):
         fa4_inputs[f"{ps} in order"] = pools(int(ps), in_order=True)
+    # PAGED_BENCH_WINDOW=16:64: page 16 with its pages shuffled only within runs of 64 consecutive
+    # pages (2 MiB of 16-key d128 pages at 8 K/V heads: a large page's worth), labelled "16 win64".
+    for spec in filter(None, os.environ.get("PAGED_BENCH_WINDOW", "").split(",")):
+        ps, w = (int(x) for x in spec.split(":"))
+        fa4_inputs[f"{ps} win{w}"] = pools(ps, window=w)
+    # PAGED_BENCH_SPREAD=16:64: page 16 drawn at random from a pool 64 times the batch's pages (a
+    # serving engine's pool spans most of the GPU's memory), labelled "16 spread64".
+    for spec in filter(None, os.environ.get("PAGED_BENCH_SPREAD", "").split(",")):
+        ps, f = (int(x) for x in spec.split(":"))
+        fa4_inputs[f"{ps} spread{f}"] = pools(ps, spread=f)
     for ps, (kp, vp, table) in fa4_inputs.items():
         record(f"ours paged page {ps}", paged_call(paged, kp, vp, table), ref)
     for sub in filter(None, os.environ.get("RAGGED_ATTN_VARIANTS", "").split(",")):
@@ -158,6 +210,11 @@ def main():
                 causal=True, return_lse=True))  # fmt: skip
     except ImportError as e:
         rows.append((f"FA4 not importable: {e}", 0, 0, 0, 0, float("nan")))
+    # cuDNN's paged SDPA (FlashInfer's cuDNN prefill; ragged_attn.bench.peers.CudnnTHD) on the same
+    # pools: a peer whose instruction stream does not depend on where the pages lie either.
+    # PAGED_BENCH_CUDNN=0 skips it.
+    if os.environ.get("PAGED_BENCH_CUDNN", "1") != "0":
+        record_cudnn(record, lens, q, k, v, cu, used, fa4_inputs)
 
     name = torch.cuda.get_device_name()
     print(f"\n{datetime.date.today()} {name}: longtail14 {lens}, h {H_Q}/{H_KV}, d {D}/{D_V}, bf16, causal, LSE")
