@@ -228,6 +228,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         self.o_turn_every_thread = config.o_turn_every_thread  # epilogue.pass_o_turn: every thread passes
         self.l2_kv_head_groups = config.l2_kv_head_groups
         self.q_first = config.q_first  # load_tile and load_paged_tile
+        self.l2_hints = config.l2_hints  # L2 eviction priorities of the TMA loads (producer.py)
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
         self.page_tma_small = config.page_tma_small if paged else 0  # the second box, for the other page sizes
         self.page_box_warps = config.page_box_warps  # producer warps issuing a block's boxes

@@ -132,6 +132,7 @@ class PagedKV:
         box_rows: int = BOX_ROWS,  # keys per TMA box (TileConfig.page_tma)
         box_warps: int = 1,  # producer warps that issue a block's boxes (TileConfig.page_box_warps)
         rows_view: bool = False,  # boxes over the pool's rows view (TileConfig.page_tma_rows)
+        cache_policy=None,  # Int64 L2 cache_policy of the boxes (TileConfig.l2_hints), None: default
     ):
         self.mK = mK
         self.mV = mV
@@ -158,6 +159,9 @@ class PagedKV:
         # `fetch_box_pages`' page and slot (lane l < tile_n / box_rows: box l's)
         self.box_pages = cute.make_rmem_tensor((1,), Int32)
         self.box_slots = cute.make_rmem_tensor((1,), Int32)
+        self.cache_policy = cache_policy
+        if cache_policy is not None:
+            self._dynamic = PagedKV._dynamic + ("cache_policy",)
 
     # Device values travel through run-time loops as a flat list of IR values.
     _dynamic = ("mK", "mV", "mPages", "len_k", "tidx", "addr_k", "addr_v", "pages", "slots", "page_div", "box_pages", "box_slots")
@@ -196,6 +200,7 @@ class PagedKV:
         box_rows: int = BOX_ROWS,
         box_warps: int = 1,
         rows_view: bool = False,
+        cache_policy=None,
     ) -> "PagedKV":
         return PagedKV(
             mK[None, None, head_kv, None],
@@ -211,6 +216,7 @@ class PagedKV:
             box_rows=box_rows,
             box_warps=box_warps,
             rows_view=rows_view,
+            cache_policy=cache_policy,
         )
 
     @cute.jit
@@ -342,7 +348,8 @@ class PagedKV:
             with cute.arch.elect_one():
                 cute.prefetch(tma_atom, t_g)
         else:
-            cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar)
+            hint = {} if const_expr(self.cache_policy is None) else {"cache_policy": self.cache_policy}
+            cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar, **hint)
 
     @cute.jit
     def load_boxes_covered(

@@ -5,7 +5,7 @@ page size allows: `box_kind`, `box_block`), on `PipelineCpAsync` stage barriers 
 writer signal.
 
 Attributes the mixin reads (set by RaggedForwardSm90.__init__): dtype, d_qk, d_v, tile_n, q_first,
-page_tma, page_tma_small, page_box_warps, page_box_crossing, page_crossing_k_box, page_tma_rows, page_prefetch,
+page_tma, page_tma_small, page_box_warps, page_box_crossing, page_crossing_k_box, page_tma_rows, page_prefetch, l2_hints,
 bytes_k, bytes_v, and
 forward.py's schedule methods and producer.py's `load_q`."""
 
@@ -85,6 +85,7 @@ class PagedProducer:
             mK, mV, mPageTable, batch_idx, head_kv, seqlen.len_k, tidx, gather_copy,
             self.dtype, self.tile_n, self.d_qk, self.d_v, self.page_tma if self.page_tma else BOX_ROWS,
             self.page_box_warps, self.page_tma_rows,
+            self.kv_policy(seqlen.len_q, row_mult) if const_expr(self.l2_hints and self.page_tma) else None,
         )  # fmt: skip
         box_ok = self.box_kind(mK, mV)
         n_block_min, n_block_max = block_info.n_block_range()

@@ -4,7 +4,7 @@ row packing, and the ragged class's K/V key blocks by TMA, last block first, on 
 run on across tiles (`load_tile`). The paged classes' K/V: paged_producer.py.
 
 Attributes the mixin reads (set by RaggedForwardSm90.__init__): dtype, d_qk, tile_m, tile_n,
-num_stages, q_stages, q_first, pack_gqa, pack_rows, bytes_q / bytes_k / bytes_v, and the schedule
+num_stages, q_stages, q_first, pack_gqa, pack_rows, l2_hints, bytes_q / bytes_k / bytes_v, and the schedule
 methods of forward.py (`producer_walk`, `items_of`)."""
 
 from __future__ import annotations
@@ -30,8 +30,27 @@ def cp_async_mbarrier_arrive_inc(mbar_ptr, *, loc=None, ip=None) -> None:
     _nvvm.cp_async_mbarrier_arrive(mbar_ptr.to_llvm_ptr(loc=loc, ip=ip), noinc=False, loc=loc, ip=ip)
 
 
+# L2 eviction priorities of a TMA load's cache_policy operand (TileConfig.l2_hints): the encoded
+# policies of CUTLASS's CacheHintSm90 (cute/arch/copy_sm90_tma.hpp), as createpolicy would make them.
+L2_EVICT_FIRST = 0x12F0000000000000
+L2_EVICT_LAST = 0x14F0000000000000
+
+
 class TmaProducer:
     """The producer warp's Q loads and the ragged class's K/V loads."""
+
+    def q_hint(self) -> dict:
+        """cute.copy's cache_policy for a Q load: EVICT_FIRST with l2_hints (a tile's Q is read
+        once), else nothing (the default policy)."""
+        return {"cache_policy": Int64(L2_EVICT_FIRST)} if const_expr(self.l2_hints) else {}
+
+    @cute.jit
+    def kv_policy(self, len_q: Int32, row_mult) -> Int64:
+        """A tile's K/V cache_policy with l2_hints: EVICT_FIRST where the sequence streams (at most
+        one 64-row block of query rows, row-packed rows counted: no other tile reads its K/V),
+        else EVICT_LAST (row tiles and query heads re-read it)."""
+        streaming = Int64((len_q * row_mult) <= ROW_BLOCK)
+        return Int64(L2_EVICT_LAST) + streaming * Int64(L2_EVICT_FIRST - L2_EVICT_LAST)
 
     @cute.jit
     def load(
@@ -179,7 +198,9 @@ class TmaProducer:
         tQsQ, tQgQ = cpasync.tma_partition(
             tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
         )
-        cute.copy(tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        cute.copy(
+            tma_atom_Q, tQgQ, tQsQ[None, q_state.index], tma_bar_ptr=pipe_q.producer_get_barrier(q_state), **self.q_hint()
+        )  # fmt: skip
 
     @cute.jit
     def load_q_items(self, tma_Q, sQ, tma_atom_Q, pipe_q, q_state, seqlen: SeqlenInfo, items):
@@ -198,7 +219,7 @@ class TmaProducer:
                 cute.group_modes(cute.local_tile(sQ_stage, (ROW_BLOCK, self.d_qk), (w, 0)), 0, 2),
                 cute.group_modes(gQ, 0, 2),
             )  # fmt: skip
-            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state), **self.q_hint())
 
     @cute.jit
     def load_tile(
@@ -228,6 +249,7 @@ class TmaProducer:
         )
         n_block_min, n_block_max = block_info.n_block_range()
         n_blocks = n_block_max - n_block_min
+        policy = self.kv_policy(seqlen.len_q, row_mult) if const_expr(self.l2_hints) else None
         # Block i (i = 0 .. n_blocks - 1) is key block n_block_max - 1 - i; Q goes after block 0's K
         # (or alone when the tile sees no key; before it with q_first).
         if const_expr(self.q_first):
@@ -237,19 +259,23 @@ class TmaProducer:
                 self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
-            self.load_kv_stage(pipe_k, tma_atom_K, tKgK, tKsK, n_block, kv_state)
+            self.load_kv_stage(pipe_k, tma_atom_K, tKgK, tKsK, n_block, kv_state, policy)
             if const_expr(not self.q_first):
                 if i == 0:
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
-            self.load_kv_stage(pipe_v, tma_atom_V, tVgV, tVsV, n_block, kv_state)
+            self.load_kv_stage(pipe_v, tma_atom_V, tVgV, tVsV, n_block, kv_state, policy)
             kv_state.advance()
         q_state.advance()
         return q_state, kv_state
 
     @cute.jit
-    def load_kv_stage(self, pipe, tma_atom, src: cute.Tensor, dst: cute.Tensor, n_block: Int32, kv_state):
+    def load_kv_stage(self, pipe, tma_atom, src: cute.Tensor, dst: cute.Tensor, n_block: Int32, kv_state, policy=None):
         """One K or V stage of `load_tile`: acquire it, then key block n_block's TMA copy (src: the
         partitioned global blocks, dst: the stages) into stage kv_state.index, on the stage's barrier.
-        (The block's slice is taken after the acquire, as the code it replaced did: the same object.)"""
+        (The block's slice is taken after the acquire, as the code it replaced did: the same object.)
+        policy: the copy's L2 cache_policy (`kv_policy`), or None for the default."""
         pipe.producer_acquire(kv_state)
-        cute.copy(tma_atom, src[None, n_block], dst[None, kv_state.index], tma_bar_ptr=pipe.producer_get_barrier(kv_state))
+        hint = {} if const_expr(policy is None) else {"cache_policy": policy}
+        cute.copy(
+            tma_atom, src[None, n_block], dst[None, kv_state.index], tma_bar_ptr=pipe.producer_get_barrier(kv_state), **hint
+        )  # fmt: skip

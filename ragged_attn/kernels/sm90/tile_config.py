@@ -154,6 +154,14 @@ class TileConfig:
     # order), so HBM-bound and tensor-bound tiles run side by side on different SMs instead of one
     # kind after the other (vLLM's mixed batch: decode rows, then prefill chunks). 8 bytes of smem.
     stream_mix: bool = False
+    # L2 eviction priorities on the TMA loads (FA3's hopper mainloop: Q evict-first, K/V evict-last):
+    # Q, read once per tile, EVICT_FIRST; K/V EVICT_LAST, except a streaming tile's (at most one
+    # 64-row block of query rows, row-packed rows counted: decode rows, whose K/V no other tile
+    # reads), EVICT_FIRST, so the HBM stream of decode rows does not push the prefill tiles' K/V
+    # (re-read by every row tile of a chunk) out of L2 (vLLM's mixed batch; tools/mix_sim.py: the
+    # mix loses ~200 us to something beside its dealing). The cp.async gathers keep the default
+    # policy. A measurement variant (unmeasured).
+    l2_hints: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
