@@ -24,7 +24,7 @@ from ragged_attn.kernels.sm90.tile_config import (  # noqa: E402
     smem_bytes,
     tile_config,
 )
-from ragged_attn.kernels.sm90.producer import L2_EVICT_FIRST, L2_EVICT_LAST  # noqa: E402
+from ragged_attn.kernels.sm90.producer import L2_EVICT_FIRST, L2_EVICT_LAST, L2_EVICT_NORMAL  # noqa: E402
 from ragged_attn.layout_class import HEAD_DIM_CLASSES, LayoutClass  # noqa: E402
 
 
@@ -207,26 +207,30 @@ def test_stream_mix_on_the_d128_causal_classes_compiles_without_spills(kv, capfd
     compile_without_spills(lc, capfd, cfg)
 
 
-@pytest.mark.parametrize("kv", ["ragged", "paged"])
-def test_l2_hints_put_cache_policies_on_the_tma_loads_without_spills(kv, tmp_path, capfd):
+@pytest.mark.parametrize("kv, mode", [("ragged", 1), ("paged", 1), ("paged", 2)])
+def test_l2_hints_put_cache_policies_on_the_tma_loads_without_spills(kv, mode, tmp_path, capfd):
     """TileConfig.l2_hints (a measurement variant, session 18): the d128 causal classes' TMA loads
-    (Q, and ragged K/V or the paged boxes) carry an L2 cache_policy operand, chosen per tile for
-    K/V, without spills; without the field the PTX has none."""
+    (Q, and ragged K/V or the paged boxes) carry CUTLASS's CacheHintSm90 policies, without spills:
+    mode 1 Q's EVICT_FIRST (a constant) and K/V's EVICT_LAST plus the streaming tiles' difference
+    (computed per tile), mode 2 EVICT_NORMAL on every load. The DSL emits .L2::cache_hint on every
+    TMA copy, with policy 0 where none is given (the class's own config)."""
     lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, kv)
-    cfg = dataclasses.replace(tile_config(lc), l2_hints=True)
+    cfg = dataclasses.replace(tile_config(lc), l2_hints=mode)
     compile_forward(lc, f"remarks{{ptx}} --keep-ptx --dump-dir {tmp_path}", config=cfg)
     out, err = capfd.readouterr()
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
     assert spills and all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
     (ptx,) = [p for p in tmp_path.iterdir() if p.suffix == ".ptx"]
     text = ptx.read_text()
-    # The DSL emits .L2::cache_hint on every TMA copy, with policy 0 where none is given; the
-    # hinted build's policies are CUTLASS's CacheHintSm90 encodings (Q's EVICT_FIRST a constant,
-    # K/V's EVICT_LAST plus the streaming tiles' difference, computed per tile).
     loads = re.findall(r"cp\.async\.bulk\.tensor\.\S*shared::cta\.global\S*", text)
     assert loads and all("L2::cache_hint" in op for op in loads), sorted(set(loads))
-    assert str(L2_EVICT_FIRST) in text and str(L2_EVICT_LAST) in text
-    assert not tile_config(lc).l2_hints
+    present = {name: str(v) in text for name, v in
+               (("normal", L2_EVICT_NORMAL), ("first", L2_EVICT_FIRST), ("last", L2_EVICT_LAST))}  # fmt: skip
+    assert present == ({"normal": False, "first": True, "last": True} if mode == 1 else
+                       {"normal": True, "first": False, "last": False})  # fmt: skip
+    assert tile_config(lc).l2_hints == 0
+    with pytest.raises(ValueError, match="l2_hints"):
+        TileConfig(l2_hints=3)
 
 
 def test_producer_registers_override():

@@ -12,7 +12,10 @@
 #     times page 16 / 64 / 128 for 1 x 8192, longtail14 and 64 x 128 ($BATCHES: any of long, tail,
 #     short) at every D in $DIMS, ROUNDS interleaved rounds (default 12); logs $OUT/pv_d<D>.log and
 #     prints the interleaved tables. The bench's "max abs diff vs ragged" column is the first
-#     correctness check of a variant.
+#     correctness check of a variant. The bench's own environment passes through (e.g.
+#     PAGED_BENCH_IN_ORDER=16 PAGED_BENCH_WINDOW=16:64 PAGED_BENCH_SPREAD=16:64 for the pool's
+#     locality, PAGED_BENCH_CUDNN=0); PAGED_BENCH_FA4=1 times FA4 too (off by default: its JIT
+#     compiles take minutes).
 # Written after session 13 (2026-12-04), whose variant builds were lost with the session's
 # ignored .devcache: keep the commands here, not in .devcache.
 set -o pipefail
@@ -33,7 +36,7 @@ if [ "$mode" = build ]; then
   du -sh .devcache/pv
 elif [ "$mode" = run ]; then
   source /tmp/devcache/env.sh
-  export PYTHONPATH=$PWD:$PYTHONPATH RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv PAGED_BENCH_FA4=0
+  export PYTHONPATH=$PWD:$PYTHONPATH RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv PAGED_BENCH_FA4=${PAGED_BENCH_FA4:-0}
   variants=$(IFS=,; echo "$*")
   short=$(python3 -c "print(','.join(['128'] * 64))")
   for d in $DIMS; do

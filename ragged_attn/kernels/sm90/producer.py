@@ -32,6 +32,7 @@ def cp_async_mbarrier_arrive_inc(mbar_ptr, *, loc=None, ip=None) -> None:
 
 # L2 eviction priorities of a TMA load's cache_policy operand (TileConfig.l2_hints): the encoded
 # policies of CUTLASS's CacheHintSm90 (cute/arch/copy_sm90_tma.hpp), as createpolicy would make them.
+L2_EVICT_NORMAL = 0x1000000000000000
 L2_EVICT_FIRST = 0x12F0000000000000
 L2_EVICT_LAST = 0x14F0000000000000
 
@@ -40,17 +41,22 @@ class TmaProducer:
     """The producer warp's Q loads and the ragged class's K/V loads."""
 
     def q_hint(self) -> dict:
-        """cute.copy's cache_policy for a Q load: EVICT_FIRST with l2_hints (a tile's Q is read
-        once), else nothing (the default policy)."""
-        return {"cache_policy": Int64(L2_EVICT_FIRST)} if const_expr(self.l2_hints) else {}
+        """cute.copy's cache_policy for a Q load: with l2_hints 1 EVICT_FIRST (a tile's Q is read
+        once), 2 EVICT_NORMAL; else nothing (the DSL's policy 0)."""
+        if const_expr(self.l2_hints == 2):
+            return {"cache_policy": Int64(L2_EVICT_NORMAL)}
+        return {"cache_policy": Int64(L2_EVICT_FIRST)} if const_expr(self.l2_hints == 1) else {}
 
     @cute.jit
     def kv_policy(self, len_q: Int32, row_mult) -> Int64:
-        """A tile's K/V cache_policy with l2_hints: EVICT_FIRST where the sequence streams (at most
+        """A tile's K/V cache_policy with l2_hints 1: EVICT_FIRST where the sequence streams (at most
         one 64-row block of query rows, row-packed rows counted: no other tile reads its K/V),
-        else EVICT_LAST (row tiles and query heads re-read it)."""
-        streaming = Int64((len_q * row_mult) <= ROW_BLOCK)
-        return Int64(L2_EVICT_LAST) + streaming * Int64(L2_EVICT_FIRST - L2_EVICT_LAST)
+        else EVICT_LAST (row tiles and query heads re-read it); with 2, EVICT_NORMAL."""
+        policy = Int64(L2_EVICT_NORMAL)
+        if const_expr(self.l2_hints == 1):
+            streaming = Int64((len_q * row_mult) <= ROW_BLOCK)
+            policy = Int64(L2_EVICT_LAST) + streaming * Int64(L2_EVICT_FIRST - L2_EVICT_LAST)
+        return policy
 
     @cute.jit
     def load(

@@ -154,14 +154,16 @@ class TileConfig:
     # order), so HBM-bound and tensor-bound tiles run side by side on different SMs instead of one
     # kind after the other (vLLM's mixed batch: decode rows, then prefill chunks). 8 bytes of smem.
     stream_mix: bool = False
-    # L2 eviction priorities on the TMA loads (FA3's hopper mainloop: Q evict-first, K/V evict-last):
-    # Q, read once per tile, EVICT_FIRST; K/V EVICT_LAST, except a streaming tile's (at most one
-    # 64-row block of query rows, row-packed rows counted: decode rows, whose K/V no other tile
-    # reads), EVICT_FIRST, so the HBM stream of decode rows does not push the prefill tiles' K/V
-    # (re-read by every row tile of a chunk) out of L2 (vLLM's mixed batch; tools/mix_sim.py: the
-    # mix loses ~200 us to something beside its dealing). The cp.async gathers keep the default
-    # policy. A measurement variant (unmeasured).
-    l2_hints: bool = False
+    # L2 eviction priorities on the TMA loads. 1 (FA3's hopper mainloop: Q evict-first, K/V
+    # evict-last): Q, read once per tile, EVICT_FIRST; K/V EVICT_LAST, except a streaming tile's (at
+    # most one 64-row block of query rows, row-packed rows counted: decode rows, whose K/V no other
+    # tile reads), EVICT_FIRST, so the HBM stream of decode rows does not push the prefill tiles' K/V
+    # (re-read by every row tile of a chunk) out of L2 (vLLM's mixed batch; tools/mix_sim.py: the mix
+    # loses ~200 us to something beside its dealing). 2: every TMA load EVICT_NORMAL, CUTLASS's
+    # default encoding, where the DSL (4.8.1) passes policy 0 to the .L2::cache_hint it always emits
+    # (is 0 the normal policy?). 0: the DSL's. The cp.async gathers keep the default policy. A
+    # measurement variant (unmeasured).
+    l2_hints: int = 0
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -197,6 +199,8 @@ class TileConfig:
             raise ValueError(f"TileConfig.producer_regs: expected 0 or a multiple of 8 in [24, 256], got {self.producer_regs}")
         if self.batch_order and not 2 <= self.batch_order <= 1024:
             raise ValueError(f"TileConfig.batch_order: expected 0 or a sequence count in [2, 1024], got {self.batch_order}")
+        if self.l2_hints not in (0, 1, 2):
+            raise ValueError(f"TileConfig.l2_hints: expected 0, 1 or 2, got {self.l2_hints}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
