@@ -1,0 +1,91 @@
+#!/bin/bash
+# Issue 10's next device round, one mode per device call (each fits the 600 s a call may run), in
+# the order to make them; written in session 18 (2026-12-05, no GPU lent), from what sessions 13-17
+# learned about device time (cold starts ~90 s, refusals 15-90 s each, a machine goes back 30 s
+# after a call: make the calls back to back).
+#
+#   call  carry                                       command
+#   1     [".devcache/a"]                             bash .devcache/a/bootstrap.sh
+#   2     [".devcache/b", ".devcache/pv"]             source .devcache/b/bootstrap.sh >/dev/null 2>&1; bash tools/issue10_round.sh paged
+#   3     [".devcache/vl4", ".devcache/ab"]           bash tools/issue10_round.sh tests
+#   4     [".devcache/sweepcache"]                    bash tools/issue10_round.sh sweep
+#   5     [".devcache/c"]                             bash .devcache/c/bootstrap.sh; bash tools/issue10_round.sh closing issue10
+#   6     []                                          bash tools/issue10_round.sh closing serving
+#   7-8   []                                          the same two again (the second run of the closing table)
+#   9     [".devcache/pv"]                            bash tools/issue10_round.sh ncu
+#
+# Modes (logs under $OUT, short tables printed last):
+#   paged    d128 paged / ragged at page 16 | 64 | 128 on 1 x 8192, longtail14, 64 x 128
+#            (tools/paged_variants_round.sh) with the variants ck (page_crossing_k_box), l2h
+#            (l2_hints 1) and l2n (l2_hints 2), and the pool's locality: page 16 in order, shuffled
+#            within 64-page windows (2 MiB), drawn from a pool 64 times larger; cuDNN's paged SDPA on
+#            the same pools (is page 16's shuffled-pool loss the memory system's, whoever reads it?)
+#   tests    GPU tests of the variants: page_crossing_k_box (NaN pools crossing len_k at pages 128
+#            and 256) and l2_hints 1 (tests/gpu/test_paged_gpu.py, test_kernel_sm90.py,
+#            test_batch_order_gpu.py -k d128); then vLLM's mixed batch, main against the l2h tree
+#            (tools/ab_tree.sh of a copy with l2_hints=True on the d128 classes), decode rows and
+#            chunks apart too
+#   sweep    the 3,000-problem sweep from the disk cache tools/sweep_cache.py built here
+#   closing  `python -m ragged_attn bench --suite NAME` (issue10 or serving: ours, FA3, FA4, cuDNN
+#            THD, cuDNN padded SDPA, torch varlen), $OUT/NAME/ (report.md, NAME.json)
+#   ncu      page 16 in order / shuffled / windowed / spread, and page 128, under ncu on 64 x 128
+#            (tools/ncu_paged_driver.py; DRAM bytes, L2 hit rate, duration)
+# Objects (built on the CPU box, ignored by git; rebuild after any edit of ragged_attn/kernels/):
+#   DIMS=128 bash tools/paged_variants_round.sh build ck=page_crossing_k_box=1 l2h=l2_hints=1 l2n=l2_hints=2
+#   CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py .devcache/vl4 --no-variants --jobs 2 --classes \
+#     sm_90a-d128x128-bf16-bf16-causal-{nolse,lse}-{paged,ragged}   (comma-separated)
+#   bash tools/ab_tree.sh COPY l2h sm_90a-d128x128-bf16-bf16-causal-nolse-paged,sm_90a-d128x128-bf16-bf16-causal-nolse-ragged
+#     (COPY: a copy of the tree with l2_hints=True in tile_config's d128 return)
+#   CUTE_DSL_ARCH=sm_90a python tools/sweep_cache.py .devcache/sweepcache --size 3000 --jobs 2
+set -o pipefail
+mode=${1:?usage: issue10_round.sh paged|tests|sweep|closing SUITE|ncu}
+source /tmp/devcache/env.sh
+export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
+case $mode in
+paged)
+  DIMS=128 ROUNDS=${ROUNDS:-8} BENCH_S=${BENCH_S:-170} PAGED_BENCH_IN_ORDER=16 PAGED_BENCH_WINDOW=16:64 \
+    PAGED_BENCH_SPREAD=16:64 bash tools/paged_variants_round.sh run ${VARIANTS:-ck l2h l2n}
+  grep -h -A60 "^interleaved" $OUT/pv_d128.log | grep "cuDNN"
+  ;;
+tests)
+  TESTS="tests/gpu/test_paged_gpu.py tests/gpu/test_kernel_sm90.py tests/gpu/test_batch_order_gpu.py"
+  RAGGED_ATTN_TEST_TILE_CONFIG=page_crossing_k_box=True timeout 170 python3 -m pytest tests/gpu/test_paged_gpu.py \
+    -q -n 8 -p no:cacheprovider > $OUT/tests_ck.log 2>&1
+  tail -3 $OUT/tests_ck.log
+  RAGGED_ATTN_TEST_TILE_CONFIG=l2_hints=1 timeout 200 python3 -m pytest $TESTS -q -n 8 -p no:cacheprovider \
+    -k d128 > $OUT/tests_l2h.log 2>&1
+  tail -3 $OUT/tests_l2h.log
+  RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/vl4 RAGGED_ATTN_AB_TREES=l2h=$PWD/.devcache/ab/l2h VLLM_BENCH_FA4=0 \
+    VLLM_BENCH_PARTS=1 BENCH_REPS=15 VLLM_BENCH_SPLITS= timeout 200 python3 tools/bench_vllm_mixed.py 16 \
+    > $OUT/vllm_l2h.log 2>&1
+  grep "^|" $OUT/vllm_l2h.log | tail -30
+  ;;
+sweep)
+  rm -rf /tmp/sweepcache && cp -r .devcache/sweepcache /tmp/sweepcache && chmod -R go-w /tmp/sweepcache
+  [ -d /tmp/sweepcache/uid$(id -u) ] || mv /tmp/sweepcache/uid* /tmp/sweepcache/uid$(id -u)
+  RAGGED_ATTN_CACHE_DIR=/tmp/sweepcache RAGGED_ATTN_SWEEP=${SWEEP:-3000} timeout ${SWEEP_S:-560} \
+    python3 -m pytest tests/gpu/test_sweep_gpu.py -q -n 8 -p no:cacheprovider -rfEs > $OUT/sweep.log 2>&1
+  grep -E "passed|failed|FAILED|ERROR" $OUT/sweep.log | tail -20
+  ;;
+closing)
+  suite=${2:?closing needs a suite: issue10 or serving}
+  timeout ${CLOSING_S:-560} python3 -m ragged_attn bench --suite $suite --no-plots --out $OUT/$suite 2>&1 \
+    | tail -${CLOSING_TAIL:-60}
+  ;;
+ncu)
+  short=$(python3 -c "print(','.join(['128'] * 64))")
+  for pool in "16 0 0 1" "16 1 0 1" "16 0 64 1" "16 0 0 64" "64 0 0 1" "128 0 0 1"; do
+    set -- $pool
+    NCU_PAGE=$1 NCU_IN_ORDER=$2 NCU_WINDOW=$3 NCU_SPREAD=$4 PAGED_BENCH_LENS=$short RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv \
+      timeout 100 ncu --clock-control none --cache-control none -k regex:RaggedForwardSm90 --launch-skip 1 --launch-count 1 \
+      --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
+      python3 tools/ncu_paged_driver.py paged > $OUT/ncu_p$1_o$2_w$3_s$4.log 2>&1
+    echo "page $1 in_order $2 window $3 spread $4:"; grep -E "dram__|lts__|gpu__time" $OUT/ncu_p$1_o$2_w$3_s$4.log
+  done
+  ;;
+*)
+  echo "usage: issue10_round.sh paged|tests|sweep|closing SUITE|ncu" >&2
+  exit 2
+  ;;
+esac
