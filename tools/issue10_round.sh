@@ -13,6 +13,7 @@
 #   6     []                                          bash tools/issue10_round.sh closing serving
 #   7-8   []                                          the same two again (the second run of the closing table)
 #   9     [".devcache/pv"]                            bash tools/issue10_round.sh ncu
+#   10    []                                          bash tools/issue10_round.sh sanitize   (after 4, same machine)
 #
 # Modes (logs under $OUT, short tables printed last):
 #   paged    d128 paged / ragged at page 16 | 64 | 128 on 1 x 8192, longtail14, 64 x 128
@@ -30,6 +31,9 @@
 #            THD, cuDNN padded SDPA, torch varlen), $OUT/NAME/ (report.md, NAME.json)
 #   ncu      page 16 in order / shuffled / windowed / spread, and page 128, under ncu on 64 x 128
 #            (tools/ncu_paged_driver.py; DRAM bytes, L2 hit rate, duration)
+#   sanitize compute-sanitizer racecheck and memcheck over d128 problems (tools/sanitize_sm90.py:
+#            the d128 classes' batch order and stream mix live in producer warp 0's prologue), to
+#            their summary lines (session 17's racecheck stopped at its 80 s limit before it)
 # Objects (built on the CPU box, ignored by git; rebuild after any edit of ragged_attn/kernels/):
 #   DIMS=128 bash tools/paged_variants_round.sh build ck=page_crossing_k_box=1 l2h=l2_hints=1 l2n=l2_hints=2
 #   CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py .devcache/vl4 --no-variants --jobs 2 --classes \
@@ -38,7 +42,7 @@
 #     (COPY: a copy of the tree with l2_hints=True in tile_config's d128 return)
 #   CUTE_DSL_ARCH=sm_90a python tools/sweep_cache.py .devcache/sweepcache --size 3000 --jobs 2
 set -o pipefail
-mode=${1:?usage: issue10_round.sh paged|tests|sweep|closing SUITE|ncu}
+mode=${1:?usage: issue10_round.sh paged|tests|sweep|closing SUITE|ncu|sanitize}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -84,8 +88,17 @@ ncu)
     echo "page $1 in_order $2 window $3 spread $4:"; grep -E "dram__|lts__|gpu__time" $OUT/ncu_p$1_o$2_w$3_s$4.log
   done
   ;;
+sanitize)
+  # the sweep's classes compiled (mode sweep's copy, same warm machine): nothing compiles under the sanitizer
+  [ -d /tmp/sweepcache ] && export RAGGED_ATTN_CACHE_DIR=/tmp/sweepcache
+  for tool in racecheck memcheck; do
+    SANITIZE_DQK=128 timeout ${SANITIZE_S:-270} compute-sanitizer --tool $tool python3 tools/sanitize_sm90.py 4 \
+      > $OUT/sanitize_$tool.log 2>&1
+    echo "$tool rc $?:"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|problem|ok" $OUT/sanitize_$tool.log | tail -8
+  done
+  ;;
 *)
-  echo "usage: issue10_round.sh paged|tests|sweep|closing SUITE|ncu" >&2
+  echo "usage: issue10_round.sh paged|tests|sweep|closing SUITE|ncu|sanitize" >&2
   exit 2
   ;;
 esac
