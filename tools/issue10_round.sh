@@ -17,8 +17,8 @@
 #
 # Modes (logs under $OUT, short tables printed last):
 #   paged    d128 paged / ragged at page 16 | 64 | 128 on 1 x 8192, longtail14, 64 x 128
-#            (tools/paged_variants_round.sh) with the variants ck (page_crossing_k_box), l2h
-#            (l2_hints 1) and l2n (l2_hints 2), and the pool's locality: page 16 in order, shuffled
+#            (tools/paged_variants_round.sh) with the variants ck (page_crossing_k_box), cross
+#            (page_box_crossing), l2h (l2_hints 1) and l2n (l2_hints 2), and the pool's locality: page 16 in order, shuffled
 #            within 64-page windows (2 MiB), drawn from a pool 64 times larger; cuDNN's paged SDPA on
 #            the same pools (is page 16's shuffled-pool loss the memory system's, whoever reads it?)
 #   tests    GPU tests of the variants: page_crossing_k_box (NaN pools crossing len_k at pages 128
@@ -35,7 +35,8 @@
 #            the d128 classes' batch order and stream mix live in producer warp 0's prologue), to
 #            their summary lines (session 17's racecheck stopped at its 80 s limit before it)
 # Objects (built on the CPU box, ignored by git; rebuild after any edit of ragged_attn/kernels/):
-#   DIMS=128 bash tools/paged_variants_round.sh build ck=page_crossing_k_box=1 l2h=l2_hints=1 l2n=l2_hints=2
+#   DIMS=128 bash tools/paged_variants_round.sh build ck=page_crossing_k_box=1 cross=page_box_crossing=1 \
+#     l2h=l2_hints=1 l2n=l2_hints=2   (l2h / l2n: their ragged class too, tools/prebuild_sm90.py --config)
 #   CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py .devcache/vl4 --no-variants --jobs 2 --classes \
 #     sm_90a-d128x128-bf16-bf16-causal-{nolse,lse}-{paged,ragged}   (comma-separated)
 #   bash tools/ab_tree.sh COPY l2h sm_90a-d128x128-bf16-bf16-causal-nolse-paged,sm_90a-d128x128-bf16-bf16-causal-nolse-ragged
@@ -49,15 +50,15 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 case $mode in
 paged)
   DIMS=128 ROUNDS=${ROUNDS:-8} BENCH_S=${BENCH_S:-170} PAGED_BENCH_IN_ORDER=16 PAGED_BENCH_WINDOW=16:64 \
-    PAGED_BENCH_SPREAD=16:64 bash tools/paged_variants_round.sh run ${VARIANTS:-ck l2h l2n}
+    PAGED_BENCH_SPREAD=16:64 bash tools/paged_variants_round.sh run ${VARIANTS:-ck cross l2h l2n}
   grep -h -A60 "^interleaved" $OUT/pv_d128.log | grep "cuDNN"
   ;;
 tests)
   TESTS="tests/gpu/test_paged_gpu.py tests/gpu/test_kernel_sm90.py tests/gpu/test_batch_order_gpu.py"
-  RAGGED_ATTN_TEST_TILE_CONFIG=page_crossing_k_box=True timeout 170 python3 -m pytest tests/gpu/test_paged_gpu.py \
+  RAGGED_ATTN_TEST_TILE_CONFIG=page_crossing_k_box=True timeout 150 python3 -m pytest tests/gpu/test_paged_gpu.py \
     -q -n 8 -p no:cacheprovider > $OUT/tests_ck.log 2>&1
   tail -3 $OUT/tests_ck.log
-  RAGGED_ATTN_TEST_TILE_CONFIG=l2_hints=1 timeout 200 python3 -m pytest $TESTS -q -n 8 -p no:cacheprovider \
+  RAGGED_ATTN_TEST_TILE_CONFIG=l2_hints=1 timeout 180 python3 -m pytest $TESTS -q -n 8 -p no:cacheprovider \
     -k d128 > $OUT/tests_l2h.log 2>&1
   tail -3 $OUT/tests_l2h.log
   RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/vl4 RAGGED_ATTN_AB_TREES=l2h=$PWD/.devcache/ab/l2h VLLM_BENCH_FA4=0 \
@@ -82,7 +83,7 @@ ncu)
   for pool in "16 0 0 1" "16 1 0 1" "16 0 64 1" "16 0 0 64" "64 0 0 1" "128 0 0 1"; do
     set -- $pool
     NCU_PAGE=$1 NCU_IN_ORDER=$2 NCU_WINDOW=$3 NCU_SPREAD=$4 PAGED_BENCH_LENS=$short RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv \
-      timeout 100 ncu --clock-control none --cache-control none -k regex:RaggedForwardSm90 --launch-skip 1 --launch-count 1 \
+      timeout 90 ncu --clock-control none --cache-control none -k regex:RaggedForwardSm90 --launch-skip 1 --launch-count 1 \
       --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
       python3 tools/ncu_paged_driver.py paged > $OUT/ncu_p$1_o$2_w$3_s$4.log 2>&1
     echo "page $1 in_order $2 window $3 spread $4:"; grep -E "dram__|lts__|gpu__time" $OUT/ncu_p$1_o$2_w$3_s$4.log
