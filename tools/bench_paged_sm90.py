@@ -232,7 +232,11 @@ def main():
         print("|---|---|---|")
         first = next(iter(ms.values()))
         for label, m in ms.items():
-            print(f"| {label} | {m:.4f} | {flops / (m * 1e-3) / 1e12:.0f} ({first / m:.3f}x ragged) |")
+            # a peer's paged rows also against its own ragged row ("FA4 ragged", "cuDNN ragged")
+            peer = label.split(" ")[0]
+            own = ms.get(f"{peer} ragged") if peer in ("FA4", "cuDNN") else None
+            mine = f", {own / m:.3f}x {peer} ragged" if own and "paged" in label else ""
+            print(f"| {label} | {m:.4f} | {flops / (m * 1e-3) / 1e12:.0f} ({first / m:.3f}x ragged{mine}) |")
 
 
 if __name__ == "__main__":

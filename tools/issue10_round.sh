@@ -51,7 +51,7 @@ case $mode in
 paged)
   DIMS=128 ROUNDS=${ROUNDS:-8} BENCH_S=${BENCH_S:-170} PAGED_BENCH_IN_ORDER=16 PAGED_BENCH_WINDOW=16:64 \
     PAGED_BENCH_SPREAD=16:64 bash tools/paged_variants_round.sh run ${VARIANTS:-ck cross l2h l2n}
-  grep -h -A60 "^interleaved" $OUT/pv_d128.log | grep "cuDNN"
+  grep -h -A80 "^interleaved" $OUT/pv_d128.log | grep -E "^\| (cuDNN|FA4)"
   ;;
 tests)
   TESTS="tests/gpu/test_paged_gpu.py tests/gpu/test_kernel_sm90.py tests/gpu/test_batch_order_gpu.py"
