@@ -8,6 +8,7 @@
 #   1     [".devcache/a"]                             bash .devcache/a/bootstrap.sh
 #   2     [".devcache/b", ".devcache/pv"]             source .devcache/b/bootstrap.sh >/dev/null 2>&1; bash tools/issue10_round.sh paged
 #   3     [".devcache/vl4", ".devcache/ab"]           bash tools/issue10_round.sh tests
+#   3b    []                                          bash tools/issue10_round.sh tests_l2h   (if l2h wins)
 #   4     [".devcache/sweepcache"]                    bash tools/issue10_round.sh sweep
 #   5     [".devcache/c"]                             bash .devcache/c/bootstrap.sh; bash tools/issue10_round.sh closing issue10
 #   6     []                                          bash tools/issue10_round.sh closing serving
@@ -21,11 +22,10 @@
 #            (page_box_crossing), l2h (l2_hints 1) and l2n (l2_hints 2), and the pool's locality: page 16 in order, shuffled
 #            within 64-page windows (2 MiB), drawn from a pool 64 times larger; cuDNN's paged SDPA on
 #            the same pools (is page 16's shuffled-pool loss the memory system's, whoever reads it?)
-#   tests    GPU tests of the variants: page_crossing_k_box (NaN pools crossing len_k at pages 128
-#            and 256) and l2_hints 1 (tests/gpu/test_paged_gpu.py, test_kernel_sm90.py,
-#            test_batch_order_gpu.py -k d128); then vLLM's mixed batch, main against the l2h tree
-#            (tools/ab_tree.sh of a copy with l2_hints=True on the d128 classes), decode rows and
-#            chunks apart too
+#   tests    vLLM's mixed batch, main against the l2h tree (tools/ab_tree.sh of a copy with l2_hints=1
+#            on the d128 classes), decode rows and chunks apart too; then page_crossing_k_box's GPU
+#            tests (NaN pools crossing len_k at pages 128 and 256)
+#   tests_l2h  l2_hints 1's GPU tests (d128 classes, the batch order's and row packing's files)
 #   sweep    the 3,000-problem sweep from the disk cache tools/sweep_cache.py built here
 #   closing  `python -m ragged_attn bench --suite NAME` (issue10 or serving: ours, FA3, FA4, cuDNN
 #            THD, cuDNN padded SDPA, torch varlen), $OUT/NAME/ (report.md, NAME.json)
@@ -35,36 +35,42 @@
 #            the d128 classes' batch order and stream mix live in producer warp 0's prologue), to
 #            their summary lines (session 17's racecheck stopped at its 80 s limit before it)
 # Objects (built on the CPU box, ignored by git; rebuild after any edit of ragged_attn/kernels/):
-#   DIMS=128 bash tools/paged_variants_round.sh build ck=page_crossing_k_box=1 cross=page_box_crossing=1 \
-#     l2h=l2_hints=1 l2n=l2_hints=2   (l2h / l2n: their ragged class too, tools/prebuild_sm90.py --config)
+#   DIMS=128 bash tools/paged_variants_round.sh build ck=page_crossing_k_box=1 cross=page_box_crossing=1
+#   for v in l2h=1 l2n=2; do CUTE_DSL_ARCH=sm_90a RAGGED_ATTN_DISK_CACHE=0 python tools/prebuild_sm90.py \
+#     .devcache/pv/${v%=*} --no-variants --jobs 2 --config l2_hints=${v#*=} --classes \
+#     sm_90a-d128x128-bf16-bf16-causal-lse-ragged,sm_90a-d128x128-bf16-bf16-causal-lse-paged; done
 #   CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py .devcache/vl4 --no-variants --jobs 2 --classes \
 #     sm_90a-d128x128-bf16-bf16-causal-{nolse,lse}-{paged,ragged}   (comma-separated)
 #   bash tools/ab_tree.sh COPY l2h sm_90a-d128x128-bf16-bf16-causal-nolse-paged,sm_90a-d128x128-bf16-bf16-causal-nolse-ragged
-#     (COPY: a copy of the tree with l2_hints=True in tile_config's d128 return)
+#     (COPY: a copy of the tree with l2_hints=1 in tile_config's d128 return)
 #   CUTE_DSL_ARCH=sm_90a python tools/sweep_cache.py .devcache/sweepcache --size 3000 --jobs 2
 set -o pipefail
-mode=${1:?usage: issue10_round.sh paged|tests|sweep|closing SUITE|ncu|sanitize}
+mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|sweep|closing SUITE|ncu|sanitize}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 case $mode in
 paged)
-  DIMS=128 ROUNDS=${ROUNDS:-8} BENCH_S=${BENCH_S:-170} PAGED_BENCH_IN_ORDER=16 PAGED_BENCH_WINDOW=16:64 \
+  DIMS=128 ROUNDS=${ROUNDS:-8} BENCH_S=${BENCH_S:-150} PAGED_BENCH_IN_ORDER=16 PAGED_BENCH_WINDOW=16:64 \
     PAGED_BENCH_SPREAD=16:64 bash tools/paged_variants_round.sh run ${VARIANTS:-ck cross l2h l2n}
   grep -h -A80 "^interleaved" $OUT/pv_d128.log | grep -E "^\| (cuDNN|FA4)"
   ;;
 tests)
-  TESTS="tests/gpu/test_paged_gpu.py tests/gpu/test_kernel_sm90.py tests/gpu/test_batch_order_gpu.py"
-  RAGGED_ATTN_TEST_TILE_CONFIG=page_crossing_k_box=True timeout 150 python3 -m pytest tests/gpu/test_paged_gpu.py \
-    -q -n 8 -p no:cacheprovider > $OUT/tests_ck.log 2>&1
-  tail -3 $OUT/tests_ck.log
-  RAGGED_ATTN_TEST_TILE_CONFIG=l2_hints=1 timeout 180 python3 -m pytest $TESTS -q -n 8 -p no:cacheprovider \
-    -k d128 > $OUT/tests_l2h.log 2>&1
-  tail -3 $OUT/tests_l2h.log
+  # vLLM's batch first (what l2_hints is for), then page_crossing_k_box's GPU tests
   RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/vl4 RAGGED_ATTN_AB_TREES=l2h=$PWD/.devcache/ab/l2h VLLM_BENCH_FA4=0 \
     VLLM_BENCH_PARTS=1 BENCH_REPS=15 VLLM_BENCH_SPLITS= timeout 200 python3 tools/bench_vllm_mixed.py 16 \
     > $OUT/vllm_l2h.log 2>&1
   grep "^|" $OUT/vllm_l2h.log | tail -30
+  RAGGED_ATTN_TEST_TILE_CONFIG=page_crossing_k_box=True timeout 200 python3 -m pytest tests/gpu/test_paged_gpu.py \
+    -q -n 8 -p no:cacheprovider > $OUT/tests_ck.log 2>&1
+  tail -3 $OUT/tests_ck.log
+  ;;
+tests_l2h)
+  # l2_hints 1's GPU tests (every class compiles on the device with the override: its own call)
+  RAGGED_ATTN_TEST_TILE_CONFIG=l2_hints=1 timeout 540 python3 -m pytest tests/gpu/test_paged_gpu.py \
+    tests/gpu/test_kernel_sm90.py tests/gpu/test_batch_order_gpu.py tests/gpu/test_pack_rows_gpu.py -q -n 8 \
+    -p no:cacheprovider -k "d128 or batch_order or pack_rows" > $OUT/tests_l2h.log 2>&1
+  tail -3 $OUT/tests_l2h.log
   ;;
 sweep)
   rm -rf /tmp/sweepcache && cp -r .devcache/sweepcache /tmp/sweepcache && chmod -R go-w /tmp/sweepcache
@@ -99,7 +105,7 @@ sanitize)
   done
   ;;
 *)
-  echo "usage: issue10_round.sh paged|tests|sweep|closing SUITE|ncu|sanitize" >&2
+  echo "usage: issue10_round.sh paged|tests|tests_l2h|sweep|closing SUITE|ncu|sanitize" >&2
   exit 2
   ;;
 esac

@@ -85,7 +85,7 @@ class PagedProducer:
             mK, mV, mPageTable, batch_idx, head_kv, seqlen.len_k, tidx, gather_copy,
             self.dtype, self.tile_n, self.d_qk, self.d_v, self.page_tma if self.page_tma else BOX_ROWS,
             self.page_box_warps, self.page_tma_rows,
-            self.kv_policy(seqlen.len_q, row_mult) if const_expr(self.l2_hints and self.page_tma) else None,
+            self.kv_policy(seqlen.len_q, row_mult, pack_r, ratio) if const_expr(self.l2_hints and self.page_tma) else None,
         )  # fmt: skip
         box_ok = self.box_kind(mK, mV)
         n_block_min, n_block_max = block_info.n_block_range()

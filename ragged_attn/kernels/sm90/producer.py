@@ -48,14 +48,16 @@ class TmaProducer:
         return {"cache_policy": Int64(L2_EVICT_FIRST)} if const_expr(self.l2_hints == 1) else {}
 
     @cute.jit
-    def kv_policy(self, len_q: Int32, row_mult) -> Int64:
-        """A tile's K/V cache_policy with l2_hints 1: EVICT_FIRST where the sequence streams (at most
-        one 64-row block of query rows, row-packed rows counted: no other tile reads its K/V),
-        else EVICT_LAST (row tiles and query heads re-read it); with 2, EVICT_NORMAL."""
+    def kv_policy(self, len_q: Int32, row_mult, pack_r, ratio) -> Int64:
+        """A tile's K/V cache_policy with l2_hints 1: EVICT_FIRST where one tile alone reads its K/V
+        (the sequence has at most one 64-row block of query rows, row-packed rows counted, and the
+        tile's unit holds its K/V head's whole GQA group: row_mult x pack_r >= ratio, as with row
+        packing), else EVICT_LAST (row tiles and the group's query heads re-read it); with 2,
+        EVICT_NORMAL."""
         policy = Int64(L2_EVICT_NORMAL)
         if const_expr(self.l2_hints == 1):
-            streaming = Int64((len_q * row_mult) <= ROW_BLOCK)
-            policy = Int64(L2_EVICT_LAST) + streaming * Int64(L2_EVICT_FIRST - L2_EVICT_LAST)
+            alone = Int64(((len_q * row_mult) <= ROW_BLOCK) & ((row_mult * pack_r) >= ratio))
+            policy = Int64(L2_EVICT_LAST) + alone * Int64(L2_EVICT_FIRST - L2_EVICT_LAST)
         return policy
 
     @cute.jit
@@ -255,7 +257,7 @@ class TmaProducer:
         )
         n_block_min, n_block_max = block_info.n_block_range()
         n_blocks = n_block_max - n_block_min
-        policy = self.kv_policy(seqlen.len_q, row_mult) if const_expr(self.l2_hints) else None
+        policy = self.kv_policy(seqlen.len_q, row_mult, pack_r, ratio) if const_expr(self.l2_hints) else None
         # Block i (i = 0 .. n_blocks - 1) is key block n_block_max - 1 - i; Q goes after block 0's K
         # (or alone when the tile sees no key; before it with q_first).
         if const_expr(self.q_first):

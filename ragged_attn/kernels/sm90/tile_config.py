@@ -155,14 +155,14 @@ class TileConfig:
     # kind after the other (vLLM's mixed batch: decode rows, then prefill chunks). 8 bytes of smem.
     stream_mix: bool = False
     # L2 eviction priorities on the TMA loads. 1 (FA3's hopper mainloop: Q evict-first, K/V
-    # evict-last): Q, read once per tile, EVICT_FIRST; K/V EVICT_LAST, except a streaming tile's (at
-    # most one 64-row block of query rows, row-packed rows counted: decode rows, whose K/V no other
-    # tile reads), EVICT_FIRST, so the HBM stream of decode rows does not push the prefill tiles' K/V
-    # (re-read by every row tile of a chunk) out of L2 (vLLM's mixed batch; tools/mix_sim.py: the mix
-    # loses ~200 us to something beside its dealing). 2: every TMA load EVICT_NORMAL, CUTLASS's
-    # default encoding, where the DSL (4.8.1) passes policy 0 to the .L2::cache_hint it always emits
-    # (is 0 the normal policy?). 0: the DSL's. The cp.async gathers keep the default policy. A
-    # measurement variant (unmeasured).
+    # evict-last): Q, read once per tile, EVICT_FIRST; K/V EVICT_LAST, except where one tile alone
+    # reads it (at most one 64-row block of query rows, row-packed rows counted, the unit a whole GQA
+    # group: packed decode rows) EVICT_FIRST, so the HBM stream of decode rows does not push the
+    # prefill tiles' K/V (re-read by every row tile of a chunk) out of L2 (vLLM's mixed batch;
+    # tools/mix_sim.py: the mix loses ~200 us to something beside its dealing). 2: every TMA load
+    # EVICT_NORMAL, CUTLASS's default encoding, where the DSL (4.8.1) passes policy 0 to the
+    # .L2::cache_hint it always emits (is 0 the normal policy?). 0: the DSL's. The cp.async gathers
+    # keep the default policy. A measurement variant (unmeasured).
     l2_hints: int = 0
 
     def __post_init__(self) -> None:
