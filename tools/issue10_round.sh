@@ -13,6 +13,7 @@
 #   5     [".devcache/c"]                             bash .devcache/c/bootstrap.sh; bash tools/issue10_round.sh closing issue10
 #   6     []                                          bash tools/issue10_round.sh closing serving
 #   7-8   []                                          the same two again (the second run of the closing table)
+#   8b    [".devcache/pv"]                            bash tools/issue10_round.sh closing_paged   (FA4 JIT: ~2 min a batch)
 #   9     [".devcache/pv"]                            bash tools/issue10_round.sh ncu
 #   10    []                                          bash tools/issue10_round.sh sanitize   (after 4, same machine)
 #
@@ -29,6 +30,8 @@
 #   sweep    the 3,000-problem sweep from the disk cache tools/sweep_cache.py built here
 #   closing  `python -m ragged_attn bench --suite NAME` (issue10 or serving: ours, FA3, FA4, cuDNN
 #            THD, cuDNN padded SDPA, torch varlen), $OUT/NAME/ (report.md, NAME.json)
+#   closing_paged  the closing table's paged rows: main's d128 kernel, FA4 and cuDNN, page 16 / 64 /
+#            128 (and 16 in order) on 1 x 8192, longtail14, 64 x 128
 #   ncu      page 16 in order / shuffled / windowed / spread, and page 128, under ncu on 64 x 128
 #            (tools/ncu_paged_driver.py; DRAM bytes, L2 hit rate, duration)
 #   sanitize compute-sanitizer racecheck and memcheck over d128 problems (tools/sanitize_sm90.py:
@@ -45,7 +48,7 @@
 #     (COPY: a copy of the tree with l2_hints=1 in tile_config's d128 return)
 #   CUTE_DSL_ARCH=sm_90a python tools/sweep_cache.py .devcache/sweepcache --size 3000 --jobs 2
 set -o pipefail
-mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|sweep|closing SUITE|ncu|sanitize}
+mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|sweep|closing SUITE|closing_paged|ncu|sanitize}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -84,6 +87,19 @@ closing)
   timeout ${CLOSING_S:-560} python3 -m ragged_attn bench --suite $suite --no-plots --out $OUT/$suite 2>&1 \
     | tail -${CLOSING_TAIL:-60}
   ;;
+closing_paged)
+  # the paged rows of the closing table: main's d128 kernel beside FA4 and cuDNN (each against its
+  # own ragged row too), page 16 / 64 / 128, shuffled pools and page 16 in order
+  short=$(python3 -c "print(','.join(['128'] * 64))")
+  for b in long tail short; do
+    case $b in long) lens=8192;; tail) lens="";; short) lens=$short;; esac
+    echo "=== d128 $b"
+    PAGED_BENCH_LENS=$lens PAGED_BENCH_FA4=1 PAGED_BENCH_IN_ORDER=16 PAGED_BENCH_INTERLEAVED=${ROUNDS:-12} \
+      RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv timeout ${BENCH_S:-180} python3 tools/bench_paged_sm90.py 2>&1 \
+      | grep -v Warning
+  done > $OUT/closing_paged.log 2>&1
+  grep -E "^=== |^\| (ours|FA4|cuDNN)" $OUT/closing_paged.log | grep -v "GPU ms" | tail -60
+  ;;
 ncu)
   short=$(python3 -c "print(','.join(['128'] * 64))")
   for pool in "16 0 0 1" "16 1 0 1" "16 0 64 1" "16 0 0 64" "64 0 0 1" "128 0 0 1"; do
@@ -105,7 +121,7 @@ sanitize)
   done
   ;;
 *)
-  echo "usage: issue10_round.sh paged|tests|tests_l2h|sweep|closing SUITE|ncu|sanitize" >&2
+  echo "usage: issue10_round.sh paged|tests|tests_l2h|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
   exit 2
   ;;
 esac
