@@ -119,33 +119,34 @@ def launches(q, k, v, cu, used, common):
     return ragged_call, paged_call
 
 
+def _raise(error: Exception):
+    raise error
+
+
 def record_cudnn(record, lens, q, k, v, cu, used, pools_by_label):
-    """cuDNN THD SDPA (one graph per pool, built outside the timing) ragged and on each pool; a
-    system that declines or fails is reported as a FAILED row by `record`."""
+    """cuDNN THD SDPA ragged and on each pool, one graph per pool built outside the timing by one
+    CudnnTHD (one handle; each bound call keeps its own graph); a system that is missing, declines
+    or fails is reported as a FAILED row by `record`."""
     from ragged_attn.bench.peers import CudnnTHD
     from ragged_attn.bench.workloads import Inputs, Model, Workload
 
+    system = CudnnTHD()
+    why = system.availability(q.device)
+    if why:
+        record("cuDNN (setup)", lambda: _raise(RuntimeError(why)))
+        return
     model = Model("paged-bench", H_Q, H_KV, D, D_V)
-    lens_t = tuple(lens)
-    ragged = Inputs(q, k, v, cu, cu, max(lens), max(lens))
-    cases = [("cuDNN ragged", None, ragged)]
+    lens_t, max_len = tuple(lens), max(lens)
+    cases = [("cuDNN ragged", None, Inputs(q, k, v, cu, cu, max_len, max_len))]
     for ps, (kp, vp, table) in pools_by_label.items():
-        size = kp.shape[1]
-        cases.append((f"cuDNN paged page {ps}", size, Inputs(q, kp, vp, cu, None, max(lens), max(lens), table, used)))
+        cases.append((f"cuDNN paged page {ps}", kp.shape[1], Inputs(q, kp, vp, cu, None, max_len, max_len, table, used)))
     for label, size, inp in cases:
-        def call(inp=inp, size=size):
-            system = CudnnTHD()
-            if system.availability(q.device):
-                raise RuntimeError(system.availability(q.device))
+        try:
             w = Workload(label, model, lens_t, lens_t, True, page_size=size)
             system.setup(w, inp)
             fn, _ = system.bind(w, inp)
-            return fn
-
-        try:
-            fn = call()
         except Exception as e:  # noqa: BLE001 (reported as a row, as record does)
-            record(f"{label} (setup)", lambda e=e: (_ for _ in ()).throw(e))
+            record(f"{label} (setup)", lambda e=e: _raise(e))
             continue
         record(label, fn)
 

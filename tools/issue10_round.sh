@@ -52,6 +52,7 @@ mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|sweep|closing SUITE|clos
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
+short=$(python3 -c "print(','.join(['128'] * 64))")  # the 64 x 128 batch's lengths (PAGED_BENCH_LENS)
 case $mode in
 paged)
   DIMS=128 ROUNDS=${ROUNDS:-8} BENCH_S=${BENCH_S:-150} PAGED_BENCH_IN_ORDER=16 PAGED_BENCH_WINDOW=16:64 \
@@ -90,7 +91,6 @@ closing)
 closing_paged)
   # the paged rows of the closing table: main's d128 kernel beside FA4 and cuDNN (each against its
   # own ragged row too), page 16 / 64 / 128, shuffled pools and page 16 in order
-  short=$(python3 -c "print(','.join(['128'] * 64))")
   for b in long tail short; do
     case $b in long) lens=8192;; tail) lens="";; short) lens=$short;; esac
     echo "=== d128 $b"
@@ -101,7 +101,6 @@ closing_paged)
   grep -E "^=== |^\| (ours|FA4|cuDNN)" $OUT/closing_paged.log | grep -v "GPU ms" | tail -60
   ;;
 ncu)
-  short=$(python3 -c "print(','.join(['128'] * 64))")
   for pool in "16 0 0 1" "16 1 0 1" "16 0 64 1" "16 0 0 64" "64 0 0 1" "128 0 0 1"; do
     set -- $pool
     NCU_PAGE=$1 NCU_IN_ORDER=$2 NCU_WINDOW=$3 NCU_SPREAD=$4 PAGED_BENCH_LENS=$short RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv \

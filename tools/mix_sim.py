@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
