@@ -600,3 +600,31 @@ def test_finalize_sink_matches_logaddexp(seed):
     # +inf sink: O = 0, LSE = +inf; NaN sink: NaN
     assert finalize_sink_ref(m, l, math.inf, scale) == (0.0, math.inf)
     assert math.isnan(finalize_sink_ref(m, l, math.nan, scale)[1])
+
+
+@pytest.mark.parametrize("d, mask, emulate", [(64, "causal", 2), (32, "causal", 4)])
+def test_exp2_emulate_moves_exp2s_off_mufu_without_spills(d, mask, emulate, tmp_path, capfd):
+    """TileConfig.exp2_emulate (a measurement variant, session 19): in every PTX basic block of a
+    softmax step, emulate / 8 of P's exponentials are softmax.exp2_poly blocks (their max.NaN.f32
+    clamp marks them) and the rest ex2.approx, beside one ex2.approx row scale per row (one
+    setp.eq.f32, the row max's -inf test); the class compiles without spills, and its own config
+    emulates none (no polynomial in its PTX)."""
+    lc = LayoutClass("sm_90a", d, d, "bf16", "bf16", mask, True, "ragged")
+    texts = {}
+    for e in (0, emulate):
+        out_dir = tmp_path / f"e{e}"
+        out_dir.mkdir()
+        cfg = dataclasses.replace(tile_config(lc), exp2_emulate=e)
+        compile_forward(lc, f"remarks{{ptx}} --keep-ptx --dump-dir {out_dir}", config=cfg)
+        out, err = capfd.readouterr()
+        spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
+        assert spills and all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
+        (ptx,) = [p for p in out_dir.iterdir() if p.suffix == ".ptx"]
+        texts[e] = ptx.read_text()
+    assert "max.NaN.f32" not in texts[0] and "ex2.approx" in texts[0]
+    blocks = [b for b in re.split(r"\n\$L__\w+:", texts[emulate]) if "max.NaN.f32" in b]
+    assert blocks
+    for block in blocks:
+        poly, ex2, rows = block.count("max.NaN.f32"), block.count("ex2.approx"), block.count("setp.eq.f32")
+        assert rows > 0 and poly * 8 == (poly + ex2 - rows) * emulate, (poly, ex2, rows)
+    assert tile_config(lc).exp2_emulate == 0

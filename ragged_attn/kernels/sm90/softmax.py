@@ -7,6 +7,12 @@ the sum only once, in `finalize`. With s = softmax_scale * log2(e):
 A row whose max is still -inf (everything masked so far) uses 0 in place of m in the exponent, so
 no NaN is ever formed; `finalize` gives O scale 1/l (or 0 for an empty row) and the log2-domain
 LSE m * s + log2(l) (or -inf for an empty row).
+
+exp2 on the FMA pipe (`exp2_poly`, TileConfig.exp2_emulate): MUFU.EX2 takes 16 lanes per clock per
+SM on sm_90, so a 64-row warpgroup's 64 x 128 block of P costs 512 clocks of its SMSPs' MUFU, as
+much as both of its GEMMs at d64 (64 x 128 x 64 x 2 x 2 flops at 4,096 per clock). Computing some
+columns' exp2 by a polynomial on the FMA pipe (FlashAttention 4's answer on Blackwell) moves that
+load off MUFU at ~9 issue slots per element.
 """
 
 from __future__ import annotations
@@ -14,6 +20,64 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, const_expr
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+# exp2 on [-0.5, 0.5] as c0 + c1 f + c2 f^2 + c3 f^3, the relative-error minimax fit (Remez,
+# float64, coefficients rounded to float32): max relative error 7.5e-5 evaluated in float32,
+# against the 2^-9 half-ulp of the bf16 / fp16 P that the P V GEMM reads.
+EXP2_POLY = (0.9999280571937561, 0.6932609677314758, 0.2426111251115799, 0.0551716685295105)
+EXP2_POLY_MAX_REL_ERR = 7.5e-5
+EXP2_POLY_FLOOR = -127.0  # exponents at or below it give 0 (2^-127: below fp32's normals)
+_ROUND_MAGIC = 12582912.0  # 1.5 * 2^23: x + it rounds x to an integer kept in the low mantissa bits
+
+
+def _ptx_f32(v: float) -> str:
+    import struct
+
+    return "0f%08X" % struct.unpack("<I", struct.pack("<f", v))[0]
+
+
+# $0 = exp2($1): x clamped below at -127 (max.NaN keeps a NaN), j = round(x) by the magic add,
+# f = x - j in [-0.5, 0.5], p(f) by Horner, and 2^j built as the float bits (j + 127) << 23, which
+# for j = -127 is +0.0: -inf (a masked score) gives exactly 0 and NaN stays NaN (p is NaN).
+_EXP2_POLY_PTX = (
+    "{\n.reg .f32 t, j, f, p, s;\n.reg .b32 b;\n"
+    f"max.NaN.f32 $0, $1, {_ptx_f32(EXP2_POLY_FLOOR)};\n"
+    f"add.rn.f32 t, $0, {_ptx_f32(_ROUND_MAGIC)};\n"
+    f"sub.rn.f32 j, t, {_ptx_f32(_ROUND_MAGIC)};\n"
+    "sub.rn.f32 f, $0, j;\n"
+    f"fma.rn.f32 p, f, {_ptx_f32(EXP2_POLY[3])}, {_ptx_f32(EXP2_POLY[2])};\n"
+    f"fma.rn.f32 p, p, f, {_ptx_f32(EXP2_POLY[1])};\n"
+    f"fma.rn.f32 p, p, f, {_ptx_f32(EXP2_POLY[0])};\n"
+    "mov.b32 b, t;\nshl.b32 b, b, 23;\nadd.s32 b, b, 1065353216;\nmov.b32 s, b;\n"
+    "mul.rn.f32 $0, p, s;\n}"
+)
+
+
+@dsl_user_op
+def exp2_poly(x: Float32, *, loc=None, ip=None) -> Float32:
+    """2^x for x <= 0.5 (a softmax exponent, x = S * s - m * s) on the FMA pipe, no MUFU: relative
+    error <= EXP2_POLY_MAX_REL_ERR where 2^x is a normal float (x >= -126); 0 below -126.5 (-inf
+    included); NaN for NaN.
+    `exp2_poly_ref` is its torch mirror."""
+    return Float32(
+        llvm.inline_asm(
+            T.f32(),
+            [Float32(x).ir_value(loc=loc, ip=ip)],
+            _EXP2_POLY_PTX,
+            "=f,f",
+            has_side_effects=False,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+        )
+    )
+
+
+def emulated_column(c: int, exp2_emulate: int) -> bool:
+    """Whether column c of a thread's row fragment takes `exp2_poly` (TileConfig.exp2_emulate: the
+    last exp2_emulate of each 8 consecutive columns)."""
+    return c % 8 >= 8 - exp2_emulate
 
 
 def acc_rows_view(acc: cute.Tensor) -> cute.Tensor:
@@ -42,9 +106,10 @@ def acc_as_operand_a(acc: cute.Tensor) -> cute.Tensor:
 
 
 class OnlineSoftmax:
-    def __init__(self, scale_log2: Float32, num_rows: int):
+    def __init__(self, scale_log2: Float32, num_rows: int, exp2_emulate: int = 0):
         self.scale_log2 = scale_log2
         self.num_rows = num_rows
+        self.exp2_emulate = exp2_emulate  # P columns per 8 by `exp2_poly` (TileConfig.exp2_emulate)
         self.row_max = cute.make_rmem_tensor(num_rows, Float32)
         self.row_sum = cute.make_rmem_tensor(num_rows, Float32)
 
@@ -58,6 +123,7 @@ class OnlineSoftmax:
     def __new_from_mlir_values__(self, values):
         obj = object.__new__(OnlineSoftmax)
         obj.num_rows = self.num_rows
+        obj.exp2_emulate = self.exp2_emulate
         n0 = len(cutlass.extract_mlir_values(self.scale_log2))
         n1 = n0 + len(cutlass.extract_mlir_values(self.row_max))
         obj.scale_log2 = cutlass.new_from_mlir_values(self.scale_log2, values[:n0])
@@ -85,9 +151,22 @@ class OnlineSoftmax:
             m_safe = Float32(0.0) if m == -Float32.inf else m
             m_scaled = m_safe * self.scale_log2
             scale = cute.math.exp2((m_prev - m_safe) * self.scale_log2, fastmath=True)
-            p = cute.math.exp2(acc_mn[r, None].load() * self.scale_log2 - m_scaled, fastmath=True)
-            acc_mn[r, None].store(p)
-            self.row_sum[r] = p.reduce(cute.ReductionOp.ADD, self.row_sum[r] * scale, 0)
+            if const_expr(self.exp2_emulate):
+                # column by column, the sum as it goes (each P feeds it once computed)
+                total = self.row_sum[r] * scale
+                for c in cutlass.range_constexpr(ncols):
+                    x = acc_mn[r, c] * self.scale_log2 - m_scaled
+                    if const_expr(emulated_column(c, self.exp2_emulate)):
+                        pc = exp2_poly(x)
+                    else:
+                        pc = cute.math.exp2(x, fastmath=True)
+                    acc_mn[r, c] = pc
+                    total = total + pc
+                self.row_sum[r] = total
+            else:
+                p = cute.math.exp2(acc_mn[r, None].load() * self.scale_log2 - m_scaled, fastmath=True)
+                acc_mn[r, None].store(p)
+                self.row_sum[r] = p.reduce(cute.ReductionOp.ADD, self.row_sum[r] * scale, 0)
             row_scale[r] = scale
         return row_scale
 
@@ -164,6 +243,24 @@ def softmax_ref(scores, scale):
         out.append([x / s for x in p])
         lse.append(m * scale * math.log2(math.e) + math.log2(s))
     return out, lse
+
+
+def exp2_poly_ref(x):
+    """torch mirror of `exp2_poly` on a float32 tensor, step by step in float32 and int32 (the
+    magic add, the polynomial, the exponent bits), for the CPU tests of its constants."""
+    import torch
+
+    x = x.to(torch.float32)
+    x = torch.where(torch.isnan(x), x, torch.clamp(x, min=EXP2_POLY_FLOOR))
+    magic = torch.tensor(_ROUND_MAGIC, dtype=torch.float32)
+    t = x + magic
+    f = x - (t - magic)
+    c0, c1, c2, c3 = (torch.tensor(c, dtype=torch.float32) for c in EXP2_POLY)
+    p = (f * c3 + c2) * f + c1
+    p = p * f + c0
+    bits = (t.view(torch.int32).to(torch.int64) << 23) + 1065353216
+    bits = ((bits + 2**31) % 2**32 - 2**31).to(torch.int32)  # int32 wrap-around, as shl / add.s32
+    return p * bits.view(torch.float32)
 
 
 def finalize_sink_ref(m, l, sink, scale_log2):

@@ -164,6 +164,13 @@ class TileConfig:
     # .L2::cache_hint it always emits (is 0 the normal policy?). 0: the DSL's. The cp.async gathers
     # keep the default policy. A measurement variant (unmeasured).
     l2_hints: int = 0
+    # exp2 of P on the FMA pipe (softmax.exp2_poly: a degree-3 polynomial and the exponent's bits,
+    # ~9 issue slots per element) for this many of each 8 columns of a thread's row fragment, the
+    # rest on MUFU.EX2 (16 lanes per clock per SM: a 64 x 128 block's 8,192 exp2s take 512 clocks,
+    # as long as both GEMMs of the block at d64 and twice as long at d32; the softcap classes add a
+    # MUFU.TANH per element). FlashAttention 4 emulates a share of its exp2s this way on Blackwell.
+    # 0: every exp2 on MUFU. A measurement variant (unmeasured).
+    exp2_emulate: int = 0
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -201,6 +208,8 @@ class TileConfig:
             raise ValueError(f"TileConfig.batch_order: expected 0 or a sequence count in [2, 1024], got {self.batch_order}")
         if self.l2_hints not in (0, 1, 2):
             raise ValueError(f"TileConfig.l2_hints: expected 0, 1 or 2, got {self.l2_hints}")
+        if not 0 <= self.exp2_emulate <= 8:
+            raise ValueError(f"TileConfig.exp2_emulate: expected 0 .. 8 columns of each 8, got {self.exp2_emulate}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
