@@ -628,3 +628,25 @@ def test_exp2_emulate_moves_exp2s_off_mufu_without_spills(d, mask, emulate, tmp_
         poly, ex2, rows = block.count("max.NaN.f32"), block.count("ex2.approx"), block.count("setp.eq.f32")
         assert rows > 0 and poly * 8 == (poly + ex2 - rows) * emulate, (poly, ex2, rows)
     assert tile_config(lc).exp2_emulate == 0
+
+
+@pytest.mark.parametrize("d", [128, 64])
+def test_rescale_skip_votes_and_branches_around_the_o_rescale_without_spills(d, tmp_path, capfd):
+    """TileConfig.rescale_skip (a measurement variant, session 19): the causal class compiles without
+    spills with a warp vote per softmax step (vote.sync.any) and the O rescale under its branch; the
+    class's own config has neither."""
+    lc = LayoutClass("sm_90a", d, d, "bf16", "bf16", "causal", True, "ragged")
+    texts = {}
+    for skip in (False, True):
+        out_dir = tmp_path / f"s{int(skip)}"
+        out_dir.mkdir()
+        cfg = dataclasses.replace(tile_config(lc), rescale_skip=skip)
+        compile_forward(lc, f"remarks{{ptx}} --keep-ptx --dump-dir {out_dir}", config=cfg)
+        out, err = capfd.readouterr()
+        spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
+        assert spills and all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
+        (ptx,) = [p for p in out_dir.iterdir() if p.suffix == ".ptx"]
+        texts[skip] = ptx.read_text()
+    assert "vote.sync.any" not in texts[False]
+    assert texts[True].count("vote.sync.any") >= 2  # one per softmax step traced (prologue, loops)
+    assert not tile_config(lc).rescale_skip

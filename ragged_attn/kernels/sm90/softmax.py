@@ -28,6 +28,9 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 # against the 2^-9 half-ulp of the bf16 / fp16 P that the P V GEMM reads.
 EXP2_POLY = (0.9999280571937561, 0.6932609677314758, 0.2426111251115799, 0.0551716685295105)
 EXP2_POLY_MAX_REL_ERR = 7.5e-5
+# TileConfig.rescale_skip: a row's reference max moves (and O is rescaled) only when the block's max
+# exceeds it by more than this many log2 units, so P stays <= 2^8 (FlashAttention 4's threshold).
+RESCALE_SKIP_LOG2 = 8.0
 EXP2_POLY_FLOOR = -127.0  # exponents at or below it give 0 (2^-127: below fp32's normals)
 _ROUND_MAGIC = 12582912.0  # 1.5 * 2^23: x + it rounds x to an integer kept in the low mantissa bits
 
@@ -106,10 +109,11 @@ def acc_as_operand_a(acc: cute.Tensor) -> cute.Tensor:
 
 
 class OnlineSoftmax:
-    def __init__(self, scale_log2: Float32, num_rows: int, exp2_emulate: int = 0):
+    def __init__(self, scale_log2: Float32, num_rows: int, exp2_emulate: int = 0, rescale_skip: bool = False):
         self.scale_log2 = scale_log2
         self.num_rows = num_rows
         self.exp2_emulate = exp2_emulate  # P columns per 8 by `exp2_poly` (TileConfig.exp2_emulate)
+        self.rescale_skip = rescale_skip  # `step` keeps the reference max within 2^8 (TileConfig.rescale_skip)
         self.row_max = cute.make_rmem_tensor(num_rows, Float32)
         self.row_sum = cute.make_rmem_tensor(num_rows, Float32)
 
@@ -124,6 +128,7 @@ class OnlineSoftmax:
         obj = object.__new__(OnlineSoftmax)
         obj.num_rows = self.num_rows
         obj.exp2_emulate = self.exp2_emulate
+        obj.rescale_skip = self.rescale_skip
         n0 = len(cutlass.extract_mlir_values(self.scale_log2))
         n1 = n0 + len(cutlass.extract_mlir_values(self.row_max))
         obj.scale_log2 = cutlass.new_from_mlir_values(self.scale_log2, values[:n0])
@@ -136,17 +141,32 @@ class OnlineSoftmax:
         self.row_sum.fill(0.0)
 
     @cute.jit
-    def step(self, acc_S: cute.Tensor) -> cute.Tensor:
-        """Turn scores into unnormalised probabilities in place; return the per-row O rescale."""
+    def step(self, acc_S: cute.Tensor):
+        """Turn scores into unnormalised probabilities in place; return the per-row O rescale.
+        With rescale_skip: return (row scale, rescale): the rows keep their reference max unless
+        one of the warp's rows saw a block max more than RESCALE_SKIP_LOG2 above its own (a
+        warp-uniform vote), so then every row of the warp moves to its max and O must be rescaled;
+        otherwise rescale is False, the row scales are 1 (0 for a row that saw no key yet, whose
+        O is 0) and P <= 2^RESCALE_SKIP_LOG2."""
         acc_mn = acc_rows_view(acc_S)
         ncols = cute.size(acc_mn, mode=[1])
         row_scale = cute.make_rmem_tensor(self.num_rows, Float32)
+        rescale = None
+        if const_expr(self.rescale_skip):
+            # Every row's block max first, for the warp's vote; (-inf - -inf) is NaN, so a row
+            # that still saw no key never asks for a move.
+            block_max = cute.make_rmem_tensor(self.num_rows, Float32)
+            jump = cutlass.Boolean(False)
+            for r in cutlass.range_constexpr(self.num_rows):
+                block_max[r] = self.block_row_max(acc_mn, r, ncols)
+                jump = jump | ((block_max[r] - self.row_max[r]) * self.scale_log2 > Float32(RESCALE_SKIP_LOG2))
+            rescale = cute.arch.vote_any_sync(jump)
         for r in cutlass.range_constexpr(self.num_rows):
             m_prev = self.row_max[r]
-            m = m_prev
-            for c in cutlass.range_constexpr(ncols):
-                m = cute.arch.fmax(m, acc_mn[r, c])
-            m = cute.arch.warp_reduction_max(m, threads_in_group=4)
+            if const_expr(self.rescale_skip):
+                m = block_max[r] if rescale else m_prev
+            else:
+                m = self.block_row_max(acc_mn, r, ncols)
             self.row_max[r] = m
             m_safe = Float32(0.0) if m == -Float32.inf else m
             m_scaled = m_safe * self.scale_log2
@@ -168,7 +188,17 @@ class OnlineSoftmax:
                 acc_mn[r, None].store(p)
                 self.row_sum[r] = p.reduce(cute.ReductionOp.ADD, self.row_sum[r] * scale, 0)
             row_scale[r] = scale
+        if const_expr(self.rescale_skip):
+            return row_scale, rescale
         return row_scale
+
+    @cute.jit
+    def block_row_max(self, acc_mn: cute.Tensor, r: int, ncols: int) -> Float32:
+        """Row r's max over the reference max and this block's scores, quad-reduced."""
+        m = self.row_max[r]
+        for c in cutlass.range_constexpr(ncols):
+            m = cute.arch.fmax(m, acc_mn[r, c])
+        return cute.arch.warp_reduction_max(m, threads_in_group=4)
 
     @cute.jit
     def finalize(self, sink_log2=None) -> cute.Tensor:
@@ -221,6 +251,18 @@ class OnlineSoftmax:
 
 
 @cute.jit
+def rescale_o(acc_O: cute.Tensor, step_out):
+    """O *= `OnlineSoftmax.step`'s row scales: step_out is its return, the row scales, or with
+    rescale_skip (row scales, rescale), where O is left alone unless rescale (a warp-uniform branch)."""
+    if const_expr(isinstance(step_out, tuple)):
+        row_scale, rescale = step_out
+        if rescale:
+            rescale_rows(acc_O, row_scale)
+    else:
+        rescale_rows(acc_O, step_out)
+
+
+@cute.jit
 def rescale_rows(acc_O: cute.Tensor, row_scale: cute.Tensor):
     acc_mn = acc_rows_view(acc_O)
     for r in cutlass.range_constexpr(cute.size(row_scale)):
@@ -261,6 +303,45 @@ def exp2_poly_ref(x):
     bits = (t.view(torch.int32).to(torch.int64) << 23) + 1065353216
     bits = ((bits + 2**31) % 2**32 - 2**31).to(torch.int32)  # int32 wrap-around, as shl / add.s32
     return p * bits.view(torch.float32)
+
+
+def online_softmax_ref(blocks, scale_log2, rescale_skip=False, rows_per_warp=None):
+    """float64 mirror of `OnlineSoftmax.step` over key blocks, then `finalize` (no sink), for the
+    CPU tests of rescale_skip: blocks is a list of (scores (rows, n), values (n, d_v)) torch
+    tensors, -inf for masked scores; the warp's vote covers rows_per_warp consecutive rows (all of
+    them when None). Returns (O (rows, d_v), log2-domain LSE (rows,), the largest P, the blocks
+    that rescaled O)."""
+    import torch
+
+    rows = blocks[0][0].shape[0]
+    group = rows_per_warp or rows
+    m = torch.full((rows,), -torch.inf, dtype=torch.float64)
+    l = torch.zeros(rows, dtype=torch.float64)
+    o = torch.zeros(rows, blocks[0][1].shape[1], dtype=torch.float64)
+    p_max, rescaled = 0.0, 0
+    for scores, values in blocks:
+        s = scores.double()
+        block_max = torch.maximum(m, s.max(dim=1).values)
+        if rescale_skip:
+            with torch.no_grad():
+                jump = (block_max - m) * scale_log2 > RESCALE_SKIP_LOG2  # NaN (-inf - -inf): False
+            vote = jump.view(-1, group).any(dim=1).repeat_interleave(group)
+            m_new = torch.where(vote, block_max, m)
+            rescaled += int(vote.any())
+        else:
+            m_new = block_max
+            rescaled += 1  # every block moves the max and rescales O
+        m_safe = torch.where(m_new == -torch.inf, torch.zeros_like(m_new), m_new)
+        scale = torch.exp2((m - m_safe) * scale_log2)
+        p = torch.exp2(s * scale_log2 - (m_safe * scale_log2)[:, None])
+        p_max = max(p_max, float(p.max()))
+        l = l * scale + p.sum(dim=1)
+        o = o * scale[:, None] + p @ values.double()
+        m = m_new
+    empty = l == 0
+    o_scale = torch.where(empty, torch.zeros_like(l), 1.0 / l)
+    lse = torch.where(empty, torch.full_like(l, -torch.inf), m * scale_log2 + torch.log2(l))
+    return o * o_scale[:, None], lse, p_max, rescaled
 
 
 def finalize_sink_ref(m, l, sink, scale_log2):

@@ -171,6 +171,12 @@ class TileConfig:
     # MUFU.TANH per element). FlashAttention 4 emulates a share of its exp2s this way on Blackwell.
     # 0: every exp2 on MUFU. A measurement variant (unmeasured).
     exp2_emulate: int = 0
+    # The online softmax keeps each row's reference max until a block's max exceeds it by more than
+    # 8 in log2 units (softmax.RESCALE_SKIP_LOG2; P <= 256), decided per warp (vote.any), and rescales
+    # O only then (FlashAttention 4's threshold): most blocks of a long row skip the O rescale (d128:
+    # 64 FMULs of the interior loop's ~500 instructions) and the P V GEMM's accumulator stays out of
+    # the softmax. Off: every block moves the max and rescales O. A measurement variant (unmeasured).
+    rescale_skip: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
