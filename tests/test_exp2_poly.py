@@ -4,6 +4,7 @@ in the GPU tests with RAGGED_ATTN_TEST_TILE_CONFIG=exp2_emulate=N (tests/gpu/til
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 
@@ -49,6 +50,74 @@ def test_masked_scores_give_exact_zero_and_nan_stays_nan():
     assert 0 < exp2_poly_ref(torch.tensor([-126.0])).item() < 2e-38
 
 
+def _bits(v: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", v))[0]
+
+
+def _f32(b: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", b & 0xFFFFFFFF))[0]
+
+
+def _round32(v: float) -> int:
+    return _bits(float(torch.tensor(v, dtype=torch.float64).to(torch.float32))) if not math.isnan(v) else 0x7FFFFFFF
+
+
+def interpret_exp2_poly_ptx(x: float) -> float:
+    """Run softmax._EXP2_POLY_PTX instruction by instruction on one float32 (the subset it uses:
+    max.NaN, add / sub / mul / fma .rn.f32, mov.b32, shl.b32, add.s32; NaN results canonical), so
+    the CPU tests see the PTX's own data flow, not only the mirror's."""
+    regs = {"$1": _bits(x)}
+
+    def val(tok):
+        if tok.startswith("0f"):
+            return int(tok[2:], 16)
+        return int(tok) & 0xFFFFFFFF if re.fullmatch(r"-?\d+", tok) else regs[tok]
+
+    for line in softmax._EXP2_POLY_PTX.splitlines():
+        line = line.strip()
+        if not line or line in "{}" or line.startswith(".reg"):
+            continue
+        op, rest = line.rstrip(";").split(None, 1)
+        dst, *srcs = [a.strip() for a in rest.split(",")]
+        a = [val(t) for t in srcs]
+        fa = [_f32(v) for v in a]
+        if op == "max.NaN.f32":
+            regs[dst] = 0x7FFFFFFF if any(map(math.isnan, fa)) else _bits(max(fa))
+        elif op in ("add.rn.f32", "sub.rn.f32", "mul.rn.f32"):
+            f32 = torch.tensor(fa, dtype=torch.float32)
+            r = {"add": f32[0] + f32[1], "sub": f32[0] - f32[1], "mul": f32[0] * f32[1]}[op[:3]]
+            regs[dst] = _round32(float(r))
+        elif op == "fma.rn.f32":  # the float32 product is exact in float64, then one rounding
+            regs[dst] = _round32(fa[0] * fa[1] + fa[2])
+        elif op == "mov.b32":
+            regs[dst] = a[0]
+        elif op == "shl.b32":
+            regs[dst] = (a[0] << a[1]) & 0xFFFFFFFF
+        elif op == "add.s32":
+            regs[dst] = (a[0] + a[1]) & 0xFFFFFFFF
+        else:
+            raise AssertionError(f"the interpreter lacks {op}")
+    return _f32(regs["$0"])
+
+
+def test_the_ptx_itself_matches_the_mirror_bit_for_bit():
+    """The PTX string's instruction sequence (which register each step reads) against the mirror:
+    bit-identical on special values and random exponents (e.g. the clamp's output, not the input,
+    must feed f: -inf then gives 0, not NaN)."""
+    g = torch.Generator().manual_seed(11)
+    xs = torch.cat([
+        torch.tensor([-math.inf, math.nan, -1e30, -200.0, -127.0, -126.6, -126.5, -126.0, -125.5, -1.5,
+                      -0.5, -1e-7, -0.0, 0.0, 1e-6, 0.25]),
+        -torch.rand(1500, generator=g) * 126.0,
+        -torch.rand(1500, generator=g) * 2.0,
+    ]).to(torch.float32)
+    mirror = exp2_poly_ref(xs)
+    for x, want in zip(xs.tolist(), mirror.tolist()):
+        got = interpret_exp2_poly_ptx(x)
+        assert (math.isnan(got) and math.isnan(want)) or _bits(got) == _bits(want), (x, got, want)
+    assert interpret_exp2_poly_ptx(-math.inf) == 0.0 and _bits(interpret_exp2_poly_ptx(-math.inf)) == 0
+
+
 def test_ptx_constants_are_the_fit():
     """The PTX string spells the mirror's constants: the Horner coefficients, the clamp and the
     rounding magic, as 0fXXXXXXXX float32 literals."""
@@ -69,6 +138,6 @@ def test_emulated_columns_are_e_of_each_8(e):
 def test_exp2_emulate_validation():
     assert TileConfig().exp2_emulate == 0
     assert TileConfig(exp2_emulate=8).exp2_emulate == 8
-    for bad in (-1, 9):
+    for bad in (-1, 9, 2.5, True):
         with pytest.raises(ValueError, match="exp2_emulate"):
             TileConfig(exp2_emulate=bad)

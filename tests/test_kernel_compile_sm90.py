@@ -604,11 +604,12 @@ def test_finalize_sink_matches_logaddexp(seed):
 
 @pytest.mark.parametrize("d, mask, emulate", [(64, "causal", 2), (32, "causal", 4)])
 def test_exp2_emulate_moves_exp2s_off_mufu_without_spills(d, mask, emulate, tmp_path, capfd):
-    """TileConfig.exp2_emulate (a measurement variant, session 19): in every PTX basic block of a
-    softmax step, emulate / 8 of P's exponentials are softmax.exp2_poly blocks (their max.NaN.f32
-    clamp marks them) and the rest ex2.approx, beside one ex2.approx row scale per row (one
-    setp.eq.f32, the row max's -inf test); the class compiles without spills, and its own config
-    emulates none (no polynomial in its PTX)."""
+    """TileConfig.exp2_emulate (a measurement variant, session 19): in every PTX basic block that
+    holds polynomials (softmax.exp2_poly; its max.NaN.f32 clamp marks each), emulate / 8 of P's
+    exponentials are polynomials and the rest ex2.approx, beside one ex2.approx row scale per row
+    (one setp.eq.f32, the row max's -inf test); the class compiles without spills, and its own
+    config emulates none. (LLVM also leaves blocks that recompute the MUFU columns of the P carried
+    into the next loop iteration, without polynomials; ptxas removes them: the SASS test below.)"""
     lc = LayoutClass("sm_90a", d, d, "bf16", "bf16", mask, True, "ragged")
     texts = {}
     for e in (0, emulate):
@@ -650,3 +651,32 @@ def test_rescale_skip_votes_and_branches_around_the_o_rescale_without_spills(d, 
     assert "vote.sync.any" not in texts[False]
     assert texts[True].count("vote.sync.any") >= 2  # one per softmax step traced (prologue, loops)
     assert not tile_config(lc).rescale_skip
+
+
+def test_exp2_emulate_interior_loop_sass():
+    """The d64 causal class with exp2_emulate 2, disassembled (needs nvdisasm: NVDISASM or PATH;
+    tools/sass_static.py): its interior key-block loops issue 2 x (24 + 1) MUFU.EX2 and 2 x 8
+    FMNMX.NAN per warp and block, where the class's own issue 2 x (32 + 1) MUFU.EX2 (a first build
+    that summed P as a vector recomputed a row's 24 exponentials on MUFU: 74)."""
+    import shutil
+    import subprocess
+    import sys
+
+    nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
+    if not nvdisasm:
+        pytest.skip("nvdisasm not found (NVDISASM)")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    import sass_static
+
+    for e, mufu, clamps in ((0, 66, 0), (2, 50, 16)):
+        with __import__("tempfile").TemporaryDirectory() as tmp:
+            cubin = sass_static.compile_cubin(64, "causal", "ragged", {"exp2_emulate": e}, tmp)
+            listing = subprocess.run([nvdisasm, "-c", cubin], check=True, capture_output=True, text=True).stdout
+        insns, labels = sass_static.parse(listing)
+        interiors = []
+        for first, last in sass_static.loops(insns, labels):
+            ops = [op for _, op, _ in insns[first : last + 1]]
+            masked = sum(op.startswith("ISETP") for op in ops) > 16  # the mask's compares
+            if any(op.startswith("MUFU.EX2") for op in ops) and not masked and len(ops) < 700:
+                interiors.append((sum(op.startswith("MUFU.EX2") for op in ops), sum(op == "FMNMX.NAN" for op in ops)))
+        assert interiors and set(interiors) == {(mufu, clamps)}, (e, interiors)

@@ -24,8 +24,8 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 # exp2 on [-0.5, 0.5] as c0 + c1 f + c2 f^2 + c3 f^3, the relative-error minimax fit (Remez,
-# float64, coefficients rounded to float32): max relative error 7.5e-5 evaluated in float32,
-# against the 2^-9 half-ulp of the bf16 / fp16 P that the P V GEMM reads.
+# float64, coefficients rounded to float32): max relative error 7.5e-5 evaluated in float32, below
+# the relative half-ulp of the P the P V GEMM reads (bf16 2^-9 .. 2^-8, fp16 2^-12 .. 2^-11).
 EXP2_POLY = (0.9999280571937561, 0.6932609677314758, 0.2426111251115799, 0.0551716685295105)
 EXP2_POLY_MAX_REL_ERR = 7.5e-5
 # TileConfig.rescale_skip: a row's reference max moves (and O is rescaled) only when the block's max
@@ -60,9 +60,11 @@ _EXP2_POLY_PTX = (
 
 @dsl_user_op
 def exp2_poly(x: Float32, *, loc=None, ip=None) -> Float32:
-    """2^x for x <= 0.5 (a softmax exponent, x = S * s - m * s) on the FMA pipe, no MUFU: relative
-    error <= EXP2_POLY_MAX_REL_ERR where 2^x is a normal float (x >= -126); 0 below -126.5 (-inf
-    included); NaN for NaN.
+    """2^x for a softmax exponent x = S * s - m * s (<= 0 up to the FFMA's rounding) on the FMA pipe,
+    no MUFU: relative error <= EXP2_POLY_MAX_REL_ERR where 2^x is a normal float (x >= -126); 0
+    below -126.5 (-inf included); NaN for NaN. Domain x < 127.5: above it 2^j's exponent bits wrap
+    (128: +inf, 129 and up: finite garbage, some negative), which needs m * s >= 2^32 (raw scores
+    ~1e10) to reach, where the MUFU path is inf / NaN too.
     `exp2_poly_ref` is its torch mirror."""
     return Float32(
         llvm.inline_asm(
@@ -297,9 +299,12 @@ def exp2_poly_ref(x):
     magic = torch.tensor(_ROUND_MAGIC, dtype=torch.float32)
     t = x + magic
     f = x - (t - magic)
-    c0, c1, c2, c3 = (torch.tensor(c, dtype=torch.float32) for c in EXP2_POLY)
-    p = (f * c3 + c2) * f + c1
-    p = p * f + c0
+    c0, c1, c2, c3 = (torch.tensor(c, dtype=torch.float32).double() for c in EXP2_POLY)
+
+    def fma(a, b, c):  # fma.rn.f32: the float32 product is exact in float64, then one rounding
+        return (a.double() * b.double() + c).to(torch.float32)
+
+    p = fma(fma(fma(f, c3, c2), f, c1), f, c0)
     bits = (t.view(torch.int32).to(torch.int64) << 23) + 1065353216
     bits = ((bits + 2**31) % 2**32 - 2**31).to(torch.int32)  # int32 wrap-around, as shl / add.s32
     return p * bits.view(torch.float32)

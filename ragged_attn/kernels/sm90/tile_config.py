@@ -214,7 +214,7 @@ class TileConfig:
             raise ValueError(f"TileConfig.batch_order: expected 0 or a sequence count in [2, 1024], got {self.batch_order}")
         if self.l2_hints not in (0, 1, 2):
             raise ValueError(f"TileConfig.l2_hints: expected 0, 1 or 2, got {self.l2_hints}")
-        if not 0 <= self.exp2_emulate <= 8:
+        if isinstance(self.exp2_emulate, bool) or self.exp2_emulate not in range(9):
             raise ValueError(f"TileConfig.exp2_emulate: expected 0 .. 8 columns of each 8, got {self.exp2_emulate}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
