@@ -174,8 +174,17 @@ def main():
     ragged_call, paged_call = launches(q, k, v, cu, used, common)
     record("ours ragged", ragged_call(kernel("ragged")))
     ref = out.clone()
+    if os.environ.get("PAGED_BENCH_RAGGED_TWICE", "0") == "1":
+        # the same ragged launch again, right after the first in each round (the first follows
+        # another kernel: what a launch pays for following another kernel, and what it saves when
+        # it repeats)
+        record("ours ragged again", ragged_call(kernel("ragged")), ref)
     paged = kernel("paged")
-    fa4_inputs = {ps: pools(ps) for ps in (16, 64, 128)}
+    # PAGED_BENCH_PAGES (default 16,64,128): the shuffled pools' page sizes, in the order timed
+    # (each round times them in this order after the ragged launch: the first paged launch of a
+    # round follows another kernel)
+    page_sizes = [int(x) for x in os.environ.get("PAGED_BENCH_PAGES", "16,64,128").split(",")]
+    fa4_inputs = {ps: pools(ps) for ps in page_sizes}
     # PAGED_BENCH_IN_ORDER=16,64: also pools of those page sizes whose pages lie in order (labelled
     # "16 in order"): the same kernel and page count, only the pool's memory locality differs.
     for ps in filter(None, os.environ.get("PAGED_BENCH_IN_ORDER", "").split(",")):

@@ -9,9 +9,6 @@
 #   2     [".devcache/b", ".devcache/pv"]             source .devcache/b/bootstrap.sh >/dev/null 2>&1; bash tools/issue10_round.sh paged
 #   3     [".devcache/vl4", ".devcache/ab"]           bash tools/issue10_round.sh tests
 #   3b    []                                          bash tools/issue10_round.sh tests_l2h   (if l2h wins)
-#   3c    [".devcache/em"]                            bash tools/issue10_round.sh softmax   (exp2_emulate / rescale_skip on the short, d64, d32 and mixed rows)
-#   3d    [".devcache/em"]                            bash tools/issue10_round.sh softmax_long   (the same on the long d128 / d192 rows)
-#   3e    []                                          bash tools/issue10_round.sh tests_softmax FIELDS   (the winner's GPU tests)
 #   4     [".devcache/sweepcache"]                    bash tools/issue10_round.sh sweep
 #   5     [".devcache/c"]                             bash .devcache/c/bootstrap.sh; bash tools/issue10_round.sh closing issue10
 #   6     []                                          bash tools/issue10_round.sh closing serving
@@ -30,15 +27,6 @@
 #            on the d128 classes), decode rows and chunks apart too; then page_crossing_k_box's GPU
 #            tests (NaN pools crossing len_k at pages 128 and 256)
 #   tests_l2h  l2_hints 1's GPU tests (d128 classes, the batch order's and row packing's files)
-#   softmax  the softmax variants beside main and the peers (tools/bench_issue10.py; every output's max
-#            diff against main's): e1 / e2 / e4 (exp2_emulate: 1, 2 or 4 of each 8 columns of P by
-#            softmax.exp2_poly on the FMA pipe), rs (rescale_skip: O rescaled only when a row max
-#            jumps by 2^8), e1rs (both); on issue 10's d64, d32, short d128 and mixed14 rows
-#   softmax_long  the same on the long rows (2 x 8192 h64/8 d128 causal and no mask, 1 x 16384 d128
-#            and DeepSeek d192)
-#   tests_softmax FIELDS  the GPU tests with RAGGED_ATTN_TEST_TILE_CONFIG=FIELDS (e.g.
-#            exp2_emulate=1,rescale_skip=True): d32 / d64 / d128 / d192 kernel tests, issue 11's NaN
-#            keys and values reaching only the rows that see them, softcap and sinks, split-KV
 #   sweep    the 3,000-problem sweep from the disk cache tools/sweep_cache.py built here
 #   closing  `python -m ragged_attn bench --suite NAME` (issue10 or serving: ours, FA3, FA4, cuDNN
 #            THD, cuDNN padded SDPA, torch varlen), $OUT/NAME/ (report.md, NAME.json)
@@ -59,11 +47,8 @@
 #   bash tools/ab_tree.sh COPY l2h sm_90a-d128x128-bf16-bf16-causal-nolse-paged,sm_90a-d128x128-bf16-bf16-causal-nolse-ragged
 #     (COPY: a copy of the tree with l2_hints=1 in tile_config's d128 return)
 #   CUTE_DSL_ARCH=sm_90a python tools/sweep_cache.py .devcache/sweepcache --size 3000 --jobs 2
-#   .devcache/em (main), em/e1, em/e2, em/e4, em/rs, em/e1rs: tools/prebuild_sm90.py DIR --no-variants --jobs 2
-#     --classes (d32, d64, d128, d192 causal LSE ragged; d128 no mask LSE ragged) [--config exp2_emulate=E,rescale_skip=1]
-#     (docs/benchmarks/2026-12-05-cpu-issue10-session19/README.md lists which classes each holds)
 set -o pipefail
-mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|softmax|softmax_long|tests_softmax FIELDS|sweep|closing SUITE|closing_paged|ncu|sanitize}
+mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|sweep|closing SUITE|closing_paged|ncu|sanitize}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -90,23 +75,6 @@ tests_l2h)
     tests/gpu/test_kernel_sm90.py tests/gpu/test_batch_order_gpu.py tests/gpu/test_pack_rows_gpu.py -q -n 8 \
     -p no:cacheprovider -k "d128 or batch_order or pack_rows" > $OUT/tests_l2h.log 2>&1
   tail -3 $OUT/tests_l2h.log
-  ;;
-softmax|softmax_long)
-  if [ $mode = softmax ]; then
-    picks=(d64 d32 "16x256 h32/8 d128" "64x128 h32/8 d128" "4x512 h32/8 d128" "mixed14 h32/8 d128")
-  else
-    picks=("2x8192 h64/8 d128" "1x16384")
-  fi
-  RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/em RAGGED_ATTN_VARIANTS=e1,e2,e4,rs,e1rs BENCH_REPS=${BENCH_REPS:-20} \
-    timeout ${BENCH_S:-560} python3 tools/bench_issue10.py "${picks[@]}" > $OUT/$mode.log 2>&1
-  grep -E "^\|" $OUT/$mode.log | tail -80
-  ;;
-tests_softmax)
-  fields=${2:?tests_softmax needs the TileConfig fields, e.g. exp2_emulate=1,rescale_skip=True}
-  RAGGED_ATTN_TEST_TILE_CONFIG=$fields timeout 540 python3 -m pytest tests/gpu/test_kernel_sm90.py \
-    tests/gpu/test_issue11_gpu.py tests/gpu/test_softcap_sinks_gpu.py tests/gpu/test_split_kv_gpu.py -q -n 8 \
-    -p no:cacheprovider -k "d32 or d64 or d128 or d192 or nan or softcap or sinks or split" > $OUT/tests_softmax.log 2>&1
-  tail -3 $OUT/tests_softmax.log
   ;;
 sweep)
   rm -rf /tmp/sweepcache && cp -r .devcache/sweepcache /tmp/sweepcache && chmod -R go-w /tmp/sweepcache
@@ -152,7 +120,7 @@ sanitize)
   done
   ;;
 *)
-  echo "usage: issue10_round.sh paged|tests|tests_l2h|softmax|softmax_long|tests_softmax FIELDS|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
+  echo "usage: issue10_round.sh paged|tests|tests_l2h|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
   exit 2
   ;;
 esac

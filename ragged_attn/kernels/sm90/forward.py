@@ -229,8 +229,6 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         self.l2_kv_head_groups = config.l2_kv_head_groups
         self.q_first = config.q_first  # load_tile and load_paged_tile
         self.l2_hints = config.l2_hints  # L2 eviction priorities of the TMA loads (producer.py)
-        self.exp2_emulate = config.exp2_emulate  # P's exp2 columns on the FMA pipe (softmax.py)
-        self.rescale_skip = config.rescale_skip  # O rescaled only when a row max jumps (softmax.py)
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
         self.page_tma_small = config.page_tma_small if paged else 0  # the second box, for the other page sizes
         self.page_box_warps = config.page_box_warps  # producer warps issuing a block's boxes
@@ -1369,9 +1367,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         tSrQ_stages, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS = frags
         tSrQ = tSrQ_stages[None, None, None, q_state.index]
         gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, o_turn = out_args
-        softmax = OnlineSoftmax(
-            scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]), self.exp2_emulate, self.rescale_skip
-        )
+        softmax = OnlineSoftmax(scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]))
         softmax.reset()
         acc_O.fill(0.0)
         pipe_q.consumer_wait(q_state)

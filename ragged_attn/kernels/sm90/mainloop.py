@@ -26,7 +26,7 @@ from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
 from .mask import apply_mask
-from .softmax import acc_as_operand_a, rescale_o
+from .softmax import acc_as_operand_a, rescale_rows
 
 SCHED_BARRIER_BASE = 2  # ids 2 .. 4: ping-pong turns of the MMA warpgroups (one id each)
 
@@ -188,10 +188,10 @@ class MmaMainloops:
         if const_expr(masked):
             if block_info.needs_mask(n_block):
                 apply_mask(acc_S, tScS, row0, n_block, tile_n, has_left, has_right, len_k, off, left, right, rows)
-        row_scale = softmax.step(acc_S)  # with rescale_skip: (row scales, rescale)
+        row_scale = softmax.step(acc_S)
         if const_expr(rescale):
             tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
-            rescale_o(acc_O, row_scale)
+            rescale_rows(acc_O, row_scale)
         return row_scale
 
     @cute.jit
@@ -326,7 +326,7 @@ class MmaMainloops:
         warpgroup.wait_group(0)
         pipe_v.consumer_release(v_state)
         tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
-        rescale_o(acc_O, row_scale)
+        rescale_rows(acc_O, row_scale)
         return kv_state
 
     @cute.jit

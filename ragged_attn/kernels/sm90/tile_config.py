@@ -92,14 +92,15 @@ class TileConfig:
     page_box_warps: int = 1
     # Paged classes with page_tma_small: the key block crossing len_k takes its whole page_tma_small-key
     # runs inside len_k by TMA boxes too, and gathers only the rest (its last partial run); off: the
-    # whole crossing block is gathered. A measurement variant (unmeasured).
+    # whole crossing block is gathered. A measurement variant (H100, session 19: 1-4% slower; the
+    # docstring of `tile_config`).
     page_box_crossing: bool = False
     # Paged classes with page_tma, pools whose page size is a multiple of it (box_kind 1): the key
     # block crossing len_k takes its K as the block's page_tma box too (rows past len_k come from the
     # same page, whatever they hold: apply_mask replaces their scores by -inf, a select, so NaN does
     # not pass), and gathers only its V (zero-filled past len_k, as P V needs: 0 * NaN is NaN); off:
     # the whole crossing block is gathered. The crossing block is a causal tile's first, on its
-    # critical path. A measurement variant.
+    # critical path. A measurement variant (H100, session 19: 0.4-1.6% slower).
     page_crossing_k_box: bool = False
     # Paged classes with page_tma, d a multiple of 64: K / V stages column-first (each 8-row group's
     # 64-column bands side by side) and one TMA instruction per box over the pool's rows view (64
@@ -162,21 +163,9 @@ class TileConfig:
     # tools/mix_sim.py: the mix loses ~200 us to something beside its dealing). 2: every TMA load
     # EVICT_NORMAL, CUTLASS's default encoding, where the DSL (4.8.1) passes policy 0 to the
     # .L2::cache_hint it always emits (is 0 the normal policy?). 0: the DSL's. The cp.async gathers
-    # keep the default policy. A measurement variant (unmeasured).
+    # keep the default policy. A measurement variant (H100, session 19: paged / ragged within +-1% of
+    # the DSL's policy; vLLM's mixed batch not yet measured with it).
     l2_hints: int = 0
-    # exp2 of P on the FMA pipe (softmax.exp2_poly: a degree-3 polynomial and the exponent's bits,
-    # ~9 issue slots per element) for this many of each 8 columns of a thread's row fragment, the
-    # rest on MUFU.EX2 (16 lanes per clock per SM: a 64 x 128 block's 8,192 exp2s take 512 clocks,
-    # as long as both GEMMs of the block at d64 and twice as long at d32; the softcap classes add a
-    # MUFU.TANH per element). FlashAttention 4 emulates a share of its exp2s this way on Blackwell.
-    # 0: every exp2 on MUFU. A measurement variant (unmeasured).
-    exp2_emulate: int = 0
-    # The online softmax keeps each row's reference max until a block's max exceeds it by more than
-    # 8 in log2 units (softmax.RESCALE_SKIP_LOG2; P <= 256), decided per warp (vote.any), and rescales
-    # O only then (FlashAttention 4's threshold): most blocks of a long row skip the O rescale (d128:
-    # 64 FMULs of the interior loop's ~500 instructions) and the P V GEMM's accumulator stays out of
-    # the softmax. Off: every block moves the max and rescales O. A measurement variant (unmeasured).
-    rescale_skip: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
@@ -214,8 +203,6 @@ class TileConfig:
             raise ValueError(f"TileConfig.batch_order: expected 0 or a sequence count in [2, 1024], got {self.batch_order}")
         if self.l2_hints not in (0, 1, 2):
             raise ValueError(f"TileConfig.l2_hints: expected 0, 1 or 2, got {self.l2_hints}")
-        if isinstance(self.exp2_emulate, bool) or self.exp2_emulate not in range(9):
-            raise ValueError(f"TileConfig.exp2_emulate: expected 0 .. 8 columns of each 8, got {self.exp2_emulate}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
@@ -427,6 +414,24 @@ def tile_config(layout_class) -> TileConfig:
     sixteen box instructions lost their time in one warp's serial issue, not in the TMA unit.
     Taken: page_tma_small 16 with page_box_warps 4 (`_tiles`); four warps with 64-key boxes 0.956 |
     0.934 | 0.962 at page 64 (no better).
+    Measured on an H100 (80 GB HBM3), 2026-12-05 (session 19; docs/benchmarks/2026-12-05-h100-issue10-session19),
+    interleaved in one process:
+    - Paged d128 variants (paged / ragged at page 16 | 64 | 128; 1 x 8192, longtail14, 64 x 128):
+      main 0.953 0.960 0.974 | 0.891 0.933 0.957 | 0.919 1.016 1.009; page_crossing_k_box 0.945
+      0.952 0.964 | 0.877 0.929 0.941 | 0.915 1.013 1.000; page_box_crossing 0.952 0.956 0.963 |
+      0.855 0.909 0.930 | 0.902 1.022 1.009; l2_hints 1 0.954 0.960 0.963 | 0.891 0.931 0.951 |
+      0.910 0.995 1.019; l2_hints 2 0.950 0.957 0.972 | 0.886 0.930 0.944 | 0.910 1.008 1.001. None
+      taken. The first paged pool of each round ran slow whatever its page size (page 64 first:
+      0.910 on 64 x 128, page 16 then 1.002): a paged launch after another kernel binary costs
+      ~5-7 us more than after itself, a ragged one ~1-2.5 us (tools/probe_kernel_switch.py).
+    - A share of P's exp2 on the FMA pipe (a degree-3 polynomial, FlashAttention 4's trick; 1, 2
+      or 4 of each 8 columns) and O rescaled only when a row max jumps by 2^8 (a warp vote;
+      FlashAttention 4's threshold): 2 x 8192 d64 550.7 -> 498.2 / 480.2 / 425.6 (exp2 1 / 2 / 4)
+      and 538.1 (threshold); 2 x 8192 d32 334.4 -> 319.9 / 290.1 / 259.9; 1 x 16384 d128 709.5 ->
+      666.1 / 622.0 and 687.5; DeepSeek 1 x 16384 725.5 -> 698.0 (threshold); short rows -1 to
+      -10%. Neither kept (commits 4d751a3 and 43290c7 hold them): MUFU is not what bounds the
+      d32 / d64 classes (each polynomial element costs 9 issue slots), and the vote and the
+      branch cost more than the FMULs skipped (as the always-vote version in session 7).
     """
     cfg = _tiles(layout_class)
     d_qk, d_v = layout_class.d_qk, layout_class.d_v

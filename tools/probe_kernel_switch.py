@@ -1,0 +1,56 @@
+"""What a ragged_attn launch pays for following another kernel binary (H100, session 19): in
+tools/bench_paged_sm90.py's interleaved rounds the first paged launch of each round (after the
+ragged one) ran ~5-7 us slower than the same paged kernel on the next pool, whichever page size came
+first, while a ragged launch repeated ran as fast as the first. Here each paged / ragged launch is
+timed right after a bf16 GEMM (a model's QKV projection stands before attention), after its own
+kind, and after the other kind, every launch preceded by the L2 flush and the sleep head start of
+ragged_attn.bench.timing.gpu_ms_interleaved (one process, implementations in this order each round).
+
+Usage: RAGGED_ATTN_SM90_PREBUILT=DIR [PAGED_BENCH_LENS=...] python tools/probe_kernel_switch.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import bench_paged_sm90 as bp  # noqa: E402
+
+from ragged_attn.bench.timing import gpu_ms_interleaved  # noqa: E402
+
+
+def main():
+    dev = torch.device("cuda")
+    lens, q, k, v, cu, used, common, flops, pools = bp.make_problem(dev)
+    ragged_call, paged_call = bp.launches(q, k, v, cu, used, common)
+    kr, kp = bp.kernel("ragged"), bp.kernel("paged")
+    kvp, vvp, table = pools(16)
+    a = torch.randn(8192, 4096, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(4096, 6144, device=dev, dtype=torch.bfloat16)
+    gemm = lambda: a @ w  # noqa: E731
+    paged, ragged = paged_call(kp, kvp, vvp, table), ragged_call(kr)
+    order = {
+        "GEMM": gemm,
+        "paged after GEMM": paged,
+        "paged after paged": paged,
+        "ragged after paged": ragged,
+        "ragged after ragged": ragged,
+        "paged after ragged": paged,
+        "GEMM again": gemm,
+        "ragged after GEMM": ragged,
+    }
+    times = gpu_ms_interleaved(order, dev, head_start_us=300, reps=int(os.environ.get("BENCH_REPS", "20")))
+    print(f"{torch.cuda.get_device_name()}: lens {lens[:4]}... ({len(lens)} sequences), d {bp.D}, page 16 shuffled")
+    print("| launch | GPU us (median) |")
+    print("|---|---|")
+    for label, ms in times.items():
+        print(f"| {label} | {ms * 1e3:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
