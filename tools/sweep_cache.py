@@ -45,7 +45,12 @@ def main(argv=None) -> int:
     from tests.sweep_cases import DEFAULT_SEED, draw, expected_class, prewarm
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
-    classes = sorted({expected_class(draw(seed, i)) for i in range(args.size)})
+    from ragged_attn.backends import split_kv_sibling
+
+    expected = {expected_class(draw(seed, i)) for i in range(args.size)}
+    # with their split-KV siblings, as the sweep's prewarm (a class without an LSE splits through its
+    # LSE sibling)
+    classes = sorted(expected | {split_kv_sibling(lc) for lc in expected})
     t0 = time.perf_counter()
     report = prewarm(classes, args.jobs)
     compiled = sum(n for n, _ in report.values())
