@@ -16,6 +16,11 @@
 #   8b    [".devcache/pv"]                            bash tools/issue10_round.sh closing_paged   (FA4 JIT: ~2 min a batch)
 #   9     [".devcache/pv"]                            bash tools/issue10_round.sh ncu
 #   10    []                                          bash tools/issue10_round.sh sanitize   (after 4, same machine)
+#   11    [".devcache/pv"]                            bash tools/issue10_round.sh switch   (session 19: the paged kernel's cost after another kernel)
+#   12    [".devcache/d192"]                          bash tools/issue10_round.sh d192   (session 19: DeepSeek's rows on H100, variants)
+#
+# Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
+# machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
 #
 # Modes (logs under $OUT, short tables printed last):
 #   paged    d128 paged / ragged at page 16 | 64 | 128 on 1 x 8192, longtail14, 64 x 128
@@ -34,6 +39,13 @@
 #            128 (and 16 in order) on 1 x 8192, longtail14, 64 x 128
 #   ncu      page 16 in order / shuffled / windowed / spread, and page 128, under ncu on 64 x 128
 #            (tools/ncu_paged_driver.py; DRAM bytes, L2 hit rate, duration)
+#   switch   tools/probe_kernel_switch.py (each launch after a GEMM, after itself, after the other
+#            kind) on d128 64 x 128, longtail14, 1 x 8192 and d64 64 x 128, then ncu with
+#            application replay on tools/ncu_kernel_switch_driver.py (duration and the warps' "no
+#            instruction", long-scoreboard and barrier stalls of the paged / ragged launches after a
+#            GEMM and after themselves: are they instruction fetches?)
+#   d192     DeepSeek's rows (tools/bench_issue10.py h128/128) with d192 variants: n64s4 (tile_n 64,
+#            4 stages; spills 76 bytes), n80s3 (tile_n 80, 3 stages), pp (ping-pong), n112 (tile_n 112)
 #   sanitize compute-sanitizer racecheck and memcheck over d128 problems (tools/sanitize_sm90.py:
 #            the d128 classes' batch order and stream mix live in producer warp 0's prologue), to
 #            their summary lines (session 17's racecheck stopped at its 80 s limit before it)
@@ -47,8 +59,11 @@
 #   bash tools/ab_tree.sh COPY l2h sm_90a-d128x128-bf16-bf16-causal-nolse-paged,sm_90a-d128x128-bf16-bf16-causal-nolse-ragged
 #     (COPY: a copy of the tree with l2_hints=1 in tile_config's d128 return)
 #   CUTE_DSL_ARCH=sm_90a python tools/sweep_cache.py .devcache/sweepcache --size 3000 --jobs 2
+#   for v in "" n64s4:tile_n=64,num_stages=4 n80s3:tile_n=80,num_stages=3 pp:pingpong=1 n112:tile_n=112; do
+#     CUTE_DSL_ARCH=sm_90a RAGGED_ATTN_DISK_CACHE=0 python tools/prebuild_sm90.py .devcache/d192${v:+/${v%%:*}} \
+#     --no-variants --jobs 1 --classes sm_90a-d192x128-bf16-bf16-causal-lse-ragged ${v:+--config ${v#*:}}; done
 set -o pipefail
-mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|sweep|closing SUITE|closing_paged|ncu|sanitize}
+mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|d192|sweep|closing SUITE|closing_paged|ncu|sanitize}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -110,6 +125,26 @@ ncu)
     echo "page $1 in_order $2 window $3 spread $4:"; grep -E "dram__|lts__|gpu__time" $OUT/ncu_p$1_o$2_w$3_s$4.log
   done
   ;;
+switch)
+  for cfg in "128 $short" "128 " "128 8192" "64 $short"; do
+    set -- $cfg
+    echo "=== d$1 ${2:0:12}"
+    PAGED_BENCH_D=$1 PAGED_BENCH_LENS=$2 BENCH_REPS=16 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv timeout 90 \
+      python3 tools/probe_kernel_switch.py 2>&1 | grep -v Warn | tail -10
+  done | tee $OUT/switch.log
+  PAGED_BENCH_LENS=$short RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv timeout 240 ncu --replay-mode application \
+    --cache-control none --clock-control none -k regex:RaggedForwardSm90 --metrics gpu__time_duration.sum,$(
+    )smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,$(
+    )smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,$(
+    )smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio \
+    python3 tools/ncu_kernel_switch_driver.py > $OUT/ncu_switch.log 2>&1
+  grep -E "RaggedForward|gpu__time_duration|stalled" $OUT/ncu_switch.log | head -40
+  ;;
+d192)
+  RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/d192 RAGGED_ATTN_VARIANTS=n64s4,n80s3,pp,n112 BENCH_REPS=${BENCH_REPS:-15} \
+    timeout ${BENCH_S:-300} python3 tools/bench_issue10.py h128/128 > $OUT/d192.log 2>&1
+  grep "^| " $OUT/d192.log | tail -40
+  ;;
 sanitize)
   # the sweep's classes compiled (mode sweep's copy, same warm machine): nothing compiles under the sanitizer
   [ -d /tmp/sweepcache ] && export RAGGED_ATTN_CACHE_DIR=/tmp/sweepcache
@@ -120,7 +155,7 @@ sanitize)
   done
   ;;
 *)
-  echo "usage: issue10_round.sh paged|tests|tests_l2h|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
+  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|d192|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
   exit 2
   ;;
 esac
