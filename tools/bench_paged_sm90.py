@@ -14,6 +14,11 @@ consecutive pages (locality at the window's scale kept). PAGED_BENCH_SPREAD=16:6
 random from a pool 64 times the batch's pages (how far apart pages lie in memory). PAGED_BENCH_INTERLEAVED=R: after the table, every run again in R rounds interleaved
 (ragged_attn.bench.timing.gpu_ms_interleaved: clock drift falls on all runs alike), GPU ms medians.
 cuDNN's paged SDPA (ragged_attn.bench.peers.CudnnTHD) runs on every pool too (PAGED_BENCH_CUDNN=0: not).
+Mind the order: in the interleaved rounds each run follows the one before it, and a paged launch that
+follows another kernel binary costs ~5-7 us more than one after itself (H100, session 19;
+tools/probe_kernel_switch.py), so the first paged pool of a round (and a variant's first) is the
+cold one. PAGED_BENCH_PAGES=64,128,16 sets the shuffled pools' page sizes and their order (default
+16,64,128); PAGED_BENCH_RAGGED_TWICE=1 times the ragged launch twice in a row.
 Usage: [RAGGED_ATTN_VARIANTS=v1,v2] [PAGED_BENCH_FA4=0] python tools/bench_paged_sm90.py (variants: the kernels built into
 RAGGED_ATTN_SM90_PREBUILT/<variant>/, timed beside this tree's)
 """
