@@ -41,7 +41,7 @@
 #            (tools/ncu_paged_driver.py; DRAM bytes, L2 hit rate, duration)
 #   switch   tools/probe_kernel_switch.py (each launch after a GEMM, after itself, after the other
 #            kind) on d128 64 x 128, longtail14, 1 x 8192 and d64 64 x 128, then ncu with
-#            application replay on tools/ncu_kernel_switch_driver.py (duration and the warps' "no
+#            application replay on `tools/probe_kernel_switch.py --ncu` (duration and the warps' "no
 #            instruction", long-scoreboard and barrier stalls of the paged / ragged launches after a
 #            GEMM and after themselves: are they instruction fetches?)
 #   d192     DeepSeek's rows (tools/bench_issue10.py h128/128) with d192 variants: n64s4 (tile_n 64,
@@ -137,7 +137,7 @@ switch)
     )smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,$(
     )smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,$(
     )smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio \
-    python3 tools/ncu_kernel_switch_driver.py > $OUT/ncu_switch.log 2>&1
+    python3 tools/probe_kernel_switch.py --ncu > $OUT/ncu_switch.log 2>&1
   grep -E "RaggedForward|gpu__time_duration|stalled" $OUT/ncu_switch.log | head -40
   ;;
 d192)

@@ -6,7 +6,18 @@ timed right after a bf16 GEMM (a model's QKV projection stands before attention)
 kind, and after the other kind, every launch preceded by the L2 flush and the sleep head start of
 ragged_attn.bench.timing.gpu_ms_interleaved (one process, implementations in this order each round).
 
-Usage: RAGGED_ATTN_SM90_PREBUILT=DIR [PAGED_BENCH_LENS=...] python tools/probe_kernel_switch.py
+--ncu: no timing; the GEMM, the paged kernel twice, the GEMM, the ragged kernel twice, each launch
+synchronized and without L2 flush, for ncu with application replay (kernel replay would put every
+pass after the previous pass of the same kernel):
+
+    ncu --replay-mode application --cache-control none --clock-control none -k regex:RaggedForwardSm90 \\
+        --metrics gpu__time_duration.sum,... python tools/probe_kernel_switch.py --ncu
+
+(profiled launches in order: paged after the GEMM, paged after paged, ragged after the GEMM, ragged
+after ragged).
+
+Usage: RAGGED_ATTN_SM90_PREBUILT=DIR [PAGED_BENCH_LENS=...] [PAGED_BENCH_D=64] python tools/probe_kernel_switch.py [--ncu]
+Pools: page 16, pages shuffled (tools/bench_paged_sm90.py's make_problem and launches).
 """
 
 from __future__ import annotations
@@ -28,12 +39,16 @@ def main():
     dev = torch.device("cuda")
     lens, q, k, v, cu, used, common, flops, pools = bp.make_problem(dev)
     ragged_call, paged_call = bp.launches(q, k, v, cu, used, common)
-    kr, kp = bp.kernel("ragged"), bp.kernel("paged")
     kvp, vvp, table = pools(16)
+    paged, ragged = paged_call(bp.kernel("paged"), kvp, vvp, table), ragged_call(bp.kernel("ragged"))
     a = torch.randn(8192, 4096, device=dev, dtype=torch.bfloat16)
     w = torch.randn(4096, 6144, device=dev, dtype=torch.bfloat16)
     gemm = lambda: a @ w  # noqa: E731
-    paged, ragged = paged_call(kp, kvp, vvp, table), ragged_call(kr)
+    if "--ncu" in sys.argv[1:]:
+        for call in (gemm, paged, paged, gemm, ragged, ragged):
+            call()
+            torch.cuda.synchronize()
+        return
     order = {
         "GEMM": gemm,
         "paged after GEMM": paged,
