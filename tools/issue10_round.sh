@@ -40,7 +40,8 @@
 #   ncu      page 16 in order / shuffled / windowed / spread, and page 128, under ncu on 64 x 128
 #            (tools/ncu_paged_driver.py; DRAM bytes, L2 hit rate, duration)
 #   switch   tools/probe_kernel_switch.py (each launch after a GEMM, after itself, after the other
-#            kind) on d128 64 x 128, longtail14, 1 x 8192 and d64 64 x 128, then ncu with
+#            kind) on d128 64 x 128, longtail14, 1 x 8192 and d64 64 x 128 at page 16, and d128 64 x
+#            128 at page 128 (one box per stage) and 5 (the gather, no box), then ncu with
 #            application replay on `tools/probe_kernel_switch.py --ncu` (duration and the warps' "no
 #            instruction", long-scoreboard and barrier stalls of the paged / ragged launches after a
 #            GEMM and after themselves: are they instruction fetches?)
@@ -126,11 +127,11 @@ ncu)
   done
   ;;
 switch)
-  for cfg in "128 $short" "128 " "128 8192" "64 $short"; do
+  for cfg in "128 16 $short" "128 16 " "128 16 8192" "64 16 $short" "128 128 $short" "128 5 $short"; do
     set -- $cfg
-    echo "=== d$1 ${2:0:12}"
-    PAGED_BENCH_D=$1 PAGED_BENCH_LENS=$2 BENCH_REPS=16 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv timeout 90 \
-      python3 tools/probe_kernel_switch.py 2>&1 | grep -v Warn | tail -10
+    echo "=== d$1 page $2 ${3:0:12}"
+    PAGED_BENCH_D=$1 PROBE_PAGE=$2 PAGED_BENCH_LENS=$3 BENCH_REPS=16 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv \
+      timeout 90 python3 tools/probe_kernel_switch.py 2>&1 | grep -v Warn | tail -10
   done | tee $OUT/switch.log
   PAGED_BENCH_LENS=$short RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv timeout 240 ncu --replay-mode application \
     --cache-control none --clock-control none -k regex:RaggedForwardSm90 --metrics gpu__time_duration.sum,$(

@@ -16,8 +16,10 @@ pass after the previous pass of the same kernel):
 (profiled launches in order: paged after the GEMM, paged after paged, ragged after the GEMM, ragged
 after ragged).
 
-Usage: RAGGED_ATTN_SM90_PREBUILT=DIR [PAGED_BENCH_LENS=...] [PAGED_BENCH_D=64] python tools/probe_kernel_switch.py [--ncu]
-Pools: page 16, pages shuffled (tools/bench_paged_sm90.py's make_problem and launches).
+Usage: RAGGED_ATTN_SM90_PREBUILT=DIR [PAGED_BENCH_LENS=...] [PAGED_BENCH_D=64] [PROBE_PAGE=16]
+       python tools/probe_kernel_switch.py [--ncu]
+Pools: page PROBE_PAGE (default 16: 16-key TMA boxes; 128: one 128-key box per stage; 5: the
+cp.async gather, no box), pages shuffled (tools/bench_paged_sm90.py's make_problem and launches).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def main():
     dev = torch.device("cuda")
     lens, q, k, v, cu, used, common, flops, pools = bp.make_problem(dev)
     ragged_call, paged_call = bp.launches(q, k, v, cu, used, common)
-    kvp, vvp, table = pools(16)
+    page = int(os.environ.get("PROBE_PAGE", "16"))
+    kvp, vvp, table = pools(page)
     paged, ragged = paged_call(bp.kernel("paged"), kvp, vvp, table), ragged_call(bp.kernel("ragged"))
     a = torch.randn(8192, 4096, device=dev, dtype=torch.bfloat16)
     w = torch.randn(4096, 6144, device=dev, dtype=torch.bfloat16)
@@ -60,7 +63,7 @@ def main():
         "ragged after GEMM": ragged,
     }
     times = gpu_ms_interleaved(order, dev, head_start_us=300, reps=int(os.environ.get("BENCH_REPS", "20")))
-    print(f"{torch.cuda.get_device_name()}: lens {lens[:4]}... ({len(lens)} sequences), d {bp.D}, page 16 shuffled")
+    print(f"{torch.cuda.get_device_name()}: lens {lens[:4]}... ({len(lens)} sequences), d {bp.D}, page {page} shuffled")
     print("| launch | GPU us (median) |")
     print("|---|---|")
     for label, ms in times.items():
