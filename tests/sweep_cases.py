@@ -176,6 +176,15 @@ def expected_class(p: SweepProblem, arch: str = "sm_90a") -> LayoutClass:
     )  # fmt: skip
 
 
+
+def sweep_classes(seed: int, indices) -> list:
+    """The layout classes the problems `indices` of the sweep `seed` run on, with their split-KV
+    siblings (backends.split_kv_sibling: a class without an LSE splits through its LSE sibling),
+    sorted: what the sweep's prewarm and tools/sweep_cache.py compile."""
+    from ragged_attn.backends import split_kv_sibling
+
+    expected = {expected_class(draw(seed, i)) for i in indices}
+    return sorted(expected | {split_kv_sibling(lc) for lc in expected})
 # ----------------------------------------------------------------------------- the generator
 def _weighted(rng: random.Random, pairs):
     x = rng.random() * sum(w for _, w in pairs)

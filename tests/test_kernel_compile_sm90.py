@@ -17,6 +17,7 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from ragged_attn.kernels.sm90 import compile_forward  # noqa: E402
 from ragged_attn.kernels.sm90.block_info import block_range_ref, needs_mask_ref, unmasked_range_ref  # noqa: E402
+from ragged_attn.kernels.sm90.producer import L2_EVICT_FIRST, L2_EVICT_LAST, L2_EVICT_NORMAL  # noqa: E402
 from ragged_attn.kernels.sm90.tile_config import (  # noqa: E402
     SMEM_CAPACITY,
     TileConfig,
@@ -24,7 +25,6 @@ from ragged_attn.kernels.sm90.tile_config import (  # noqa: E402
     smem_bytes,
     tile_config,
 )
-from ragged_attn.kernels.sm90.producer import L2_EVICT_FIRST, L2_EVICT_LAST, L2_EVICT_NORMAL  # noqa: E402
 from ragged_attn.layout_class import HEAD_DIM_CLASSES, LayoutClass  # noqa: E402
 
 
@@ -45,9 +45,10 @@ EXTENDED_CLASSES = [
 ]
 
 
-def compile_without_spills(lc, capfd, config=None):
-    """compile_forward with ptxas's usage report, asserting it reports no spill stores or loads."""
-    fn = compile_forward(lc, "remarks{ptx}", config=config)
+def compile_without_spills(lc, capfd, config=None, options=""):
+    """compile_forward with ptxas's usage report (and `options`, e.g. --keep-ptx --dump-dir DIR),
+    asserting it reports no spill stores or loads."""
+    fn = compile_forward(lc, f"remarks{{ptx}} {options}".strip(), config=config)
     out, err = capfd.readouterr()
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
     assert spills, "ptxas printed no usage report"
@@ -237,10 +238,7 @@ def test_l2_hints_put_cache_policies_on_the_tma_loads_without_spills(kv, mode, t
     every TMA copy with policy 0 where none is given (the class's own config, checked too)."""
     lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, kv)
     cfg = dataclasses.replace(tile_config(lc), l2_hints=mode)
-    compile_forward(lc, f"remarks{{ptx}} --keep-ptx --dump-dir {tmp_path}", config=cfg)
-    out, err = capfd.readouterr()
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out + err)
-    assert spills and all(a == "0" and b == "0" for a, b in spills), f"register spills: {spills}"
+    compile_without_spills(lc, capfd, cfg, f"--keep-ptx --dump-dir {tmp_path}")
     (ptx,) = [p for p in tmp_path.iterdir() if p.suffix == ".ptx"]
     policies = tma_load_policies(ptx.read_text())
     assert policies

@@ -39,7 +39,7 @@ from ragged_attn.bench.timing import gpu_ms_interleaved  # noqa: E402
 
 def main():
     dev = torch.device("cuda")
-    lens, q, k, v, cu, used, common, flops, pools = bp.make_problem(dev)
+    lens, q, k, v, cu, used, common, _flops, pools = bp.make_problem(dev)
     ragged_call, paged_call = bp.launches(q, k, v, cu, used, common)
     page = int(os.environ.get("PROBE_PAGE", "16"))
     kvp, vvp, table = pools(page)

@@ -42,15 +42,10 @@ def main(argv=None) -> int:
     os.environ["RAGGED_ATTN_CACHE_DIR"] = os.path.abspath(args.directory)
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     os.environ.pop("RAGGED_ATTN_DISK_CACHE", None)
-    from tests.sweep_cases import DEFAULT_SEED, draw, expected_class, prewarm
+    from tests.sweep_cases import DEFAULT_SEED, prewarm, sweep_classes
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
-    from ragged_attn.backends import split_kv_sibling
-
-    expected = {expected_class(draw(seed, i)) for i in range(args.size)}
-    # with their split-KV siblings, as the sweep's prewarm (a class without an LSE splits through its
-    # LSE sibling)
-    classes = sorted(expected | {split_kv_sibling(lc) for lc in expected})
+    classes = sweep_classes(seed, range(args.size))
     t0 = time.perf_counter()
     report = prewarm(classes, args.jobs)
     compiled = sum(n for n, _ in report.values())

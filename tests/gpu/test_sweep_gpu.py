@@ -33,7 +33,15 @@ import torch
 
 import ragged_attn
 from ragged_attn.backends import split_kv_sibling
-from tests.sweep_cases import DEFAULT_SEED, DEFAULT_SIZE, draw, expected_class, prewarm, run_and_check
+from tests.sweep_cases import (
+    DEFAULT_SEED,
+    DEFAULT_SIZE,
+    draw,
+    expected_class,
+    prewarm,
+    run_and_check,
+    sweep_classes,
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -63,9 +71,7 @@ def _prewarmed_classes(request):
         for item in request.session.items
         if item.module is request.module and hasattr(item, "callspec") and "index" in item.callspec.params
     ]
-    expected = {expected_class(draw(SEED, i)) for i in indices}
-    # with their split-KV siblings (a class without an LSE splits through its LSE sibling)
-    classes = sorted(expected | {split_kv_sibling(lc) for lc in expected})
+    classes = sweep_classes(SEED, indices)
     CLASSES.update(classes)
     START["classes"] = len(ragged_attn.cache_info().classes)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
