@@ -17,7 +17,9 @@ pass after the previous pass of the same kernel):
 after ragged).
 
 Usage: RAGGED_ATTN_SM90_PREBUILT=DIR [PAGED_BENCH_LENS=...] [PAGED_BENCH_D=64] [PROBE_PAGE=16]
-       python tools/probe_kernel_switch.py [--ncu]
+       [PROBE_VARIANT=NAME] python tools/probe_kernel_switch.py [--ncu]
+PROBE_VARIANT: also time the paged build in DIR/NAME/ (tools/paged_variants_round.sh build) after
+the GEMM and after itself, in the same rounds.
 Pools: page PROBE_PAGE (default 16: 16-key TMA boxes; 128: one 128-key box per stage; 5: the
 cp.async gather, no box), pages shuffled (tools/bench_paged_sm90.py's make_problem and launches).
 """
@@ -62,6 +64,10 @@ def main():
         "GEMM again": gemm,
         "ragged after GEMM": ragged,
     }
+    variant = os.environ.get("PROBE_VARIANT", "")
+    if variant:  # a variant's paged build (RAGGED_ATTN_SM90_PREBUILT/<variant>/) after the GEMM and itself
+        other = paged_call(bp.kernel("paged", variant), kvp, vvp, table)
+        order.update({"GEMM third": gemm, f"{variant} after GEMM": other, f"{variant} after {variant}": other})
     times = gpu_ms_interleaved(order, dev, head_start_us=300, reps=int(os.environ.get("BENCH_REPS", "20")))
     print(f"{torch.cuda.get_device_name()}: lens {lens[:4]}... ({len(lens)} sequences), d {bp.D}, page {page} shuffled")
     print("| launch | GPU us (median) |")

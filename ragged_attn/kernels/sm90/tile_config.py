@@ -116,6 +116,15 @@ class TileConfig:
     # kernel, page count and boxes): shuffled pages cost time (per-box latency, presumably; not
     # measured directly). A measurement variant.
     page_prefetch: bool = False
+    # Paged classes: one walk for the four producer warps (paged_producer.one_walk): warp 0 decodes
+    # and hands each tile over in its own branch, then takes it over like warps 1-3 and all four run
+    # one traced copy of the K/V load code (off: warp 0's walk and warps 1-3's each trace
+    # load_paged_tile, two copies of the code in the instruction caches). Where a launch follows
+    # another kernel, the paged class stalls on instruction fetch (ncu, H100, session 20: "no
+    # instruction" 1.34 warps per issue cycle after a GEMM, 0.32 after itself; 64 x 128 +7.6 us
+    # against the ragged class's +2.2): warps 1-3 then run lines warp 0 already brought in. A
+    # measurement variant.
+    paged_one_walk: bool = False
     # Registers of the producer warpgroup (setmaxnreg) where not 0: the MMA warpgroups get what is
     # left. 0: the class's own split (24; paged 40; paged with TMA boxes 56). A measurement variant.
     producer_regs: int = 0
