@@ -18,7 +18,6 @@
 #   10    []                                          bash tools/issue10_round.sh sanitize   (after 4, same machine)
 #   11    [".devcache/pv"]                            bash tools/issue10_round.sh switch   (session 19: the paged kernel's cost after another kernel)
 #   12    [".devcache/d192"]                          bash tools/issue10_round.sh d192   (session 19: DeepSeek's rows on H100, variants)
-#   13    [".devcache/b", ".devcache/pv"]             source .devcache/b/bootstrap.sh >/dev/null 2>&1; bash tools/issue10_round.sh onewalk
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
@@ -46,9 +45,6 @@
 #            application replay on `tools/probe_kernel_switch.py --ncu` (duration and the warps' "no
 #            instruction", long-scoreboard and barrier stalls of the paged / ragged launches after a
 #            GEMM and after themselves: are they instruction fetches?)
-#   onewalk  TileConfig.paged_one_walk (one traced copy of the paged load code for the four producer
-#            warps): its GPU tests (causal d128 and d64 paged classes, decode rows, graph replay),
-#            the switch probe beside main, the interleaved paged / ragged rounds (d128, d64)
 #   d192     DeepSeek's rows (tools/bench_issue10.py h128/128) with d192 variants: n64s4 (tile_n 64,
 #            4 stages; spills 76 bytes), n80s3 (tile_n 80, 3 stages), pp (ping-pong), n112 (tile_n 112)
 #   sanitize compute-sanitizer racecheck and memcheck over d128 problems (tools/sanitize_sm90.py:
@@ -67,9 +63,8 @@
 #   for v in "" n64s4:tile_n=64,num_stages=4 n80s3:tile_n=80,num_stages=3 pp:pingpong=1 n112:tile_n=112; do
 #     CUTE_DSL_ARCH=sm_90a RAGGED_ATTN_DISK_CACHE=0 python tools/prebuild_sm90.py .devcache/d192${v:+/${v%%:*}} \
 #     --no-variants --jobs 1 --classes sm_90a-d192x128-bf16-bf16-causal-lse-ragged ${v:+--config ${v#*:}}; done
-#   DIMS="128 64" bash tools/paged_variants_round.sh build ow=paged_one_walk=1
 set -o pipefail
-mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|onewalk|d192|sweep|closing SUITE|closing_paged|ncu|sanitize}
+mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|d192|sweep|closing SUITE|closing_paged|ncu|sanitize}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -146,24 +141,6 @@ switch)
     python3 tools/probe_kernel_switch.py --ncu > $OUT/ncu_switch.log 2>&1
   grep -E "RaggedForward|gpu__time_duration|stalled" $OUT/ncu_switch.log | head -40
   ;;
-onewalk)
-  # TileConfig.paged_one_walk (session 20; objects: .devcache/pv/ow): the switch probe with the
-  # variant beside main's paged and ragged builds, the interleaved paged / ragged rounds with it,
-  # then its GPU tests on the causal d128 and the d64 paged classes (compiled here)
-  for cfg in "128 16 $short" "128 16 " "64 16 $short"; do
-    set -- $cfg
-    echo "=== d$1 page $2 ${3:0:12}"
-    PAGED_BENCH_D=$1 PROBE_PAGE=$2 PAGED_BENCH_LENS=$3 PROBE_VARIANT=ow BENCH_REPS=16 \
-      RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv timeout 45 python3 tools/probe_kernel_switch.py > $OUT/probe.log 2>&1
-    rc=$?; grep -v Warn $OUT/probe.log | tail -13
-    [ $rc = 124 ] && { echo "probe timed out (a hang?): stopping"; exit 1; }
-  done | tee $OUT/switch_ow.log
-  [ -n "$(grep 'timed out' $OUT/switch_ow.log)" ] && exit 1
-  DIMS=${DIMS:-128} ROUNDS=${ROUNDS:-6} BENCH_S=${BENCH_S:-120} bash tools/paged_variants_round.sh run ow
-  RAGGED_ATTN_TEST_TILE_CONFIG=paged_one_walk=True timeout ${TESTS_S:-150} python3 -m pytest tests/gpu/test_paged_gpu.py \
-    -q -n 8 -p no:cacheprovider -x -k "(cTrue and d128) or d64 or decode_rows or cuda_graph" > $OUT/tests_ow.log 2>&1
-  echo "tests rc $?"; tail -3 $OUT/tests_ow.log
-  ;;
 d192)
   RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/d192 RAGGED_ATTN_VARIANTS=n64s4,n80s3,pp,n112 BENCH_REPS=${BENCH_REPS:-15} \
     timeout ${BENCH_S:-300} python3 tools/bench_issue10.py h128/128 > $OUT/d192.log 2>&1
@@ -179,7 +156,7 @@ sanitize)
   done
   ;;
 *)
-  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|onewalk|d192|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
+  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|d192|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
   exit 2
   ;;
 esac

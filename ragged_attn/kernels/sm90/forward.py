@@ -235,7 +235,6 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         self.page_prefetch = config.page_prefetch and paged  # boxes prefetched into L2 before the stage acquire
         self.page_box_crossing = config.page_box_crossing and paged  # the crossing block's whole runs by boxes too
         self.page_crossing_k_box = config.page_crossing_k_box and paged  # the crossing block's K by its page_tma box
-        self.paged_one_walk = config.paged_one_walk and paged  # paged_producer.one_walk: one copy of the load code
         # One instruction per box over the rows view: head dims of whole 64-column bands only (d96
         # classes keep d / 64 instructions per box; a variant run over every class stays valid).
         self.page_tma_rows = config.page_tma_rows and paged and d_qk % 64 == 0 and d_v % 64 == 0
@@ -716,10 +715,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         # PipelineTmaAsync.consumer_release arrives once per consumer warp.
         mma_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads // 32)
         # Decoded tiles, producer warp 0 -> MMA warpgroups (and, paged, producer warps 1-3).
-        # (paged_one_walk: warp 0 takes over its own hand-overs too)
         tile_readers = self.num_mma_threads + (PRODUCER_THREADS - 32 if const_expr(self.paged) else 0)
-        if const_expr(self.paged_one_walk):
-            tile_readers = self.num_mma_threads + PRODUCER_THREADS
         pipe_tile = pipeline.PipelineAsync.create(
             barrier_storage=storage.mbar_tile.data_ptr(),
             num_stages=TILE_STAGES,
@@ -1210,22 +1206,16 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         return tile_state
 
     @cute.jit
-    def take_over(
-        self, pipe_tile, sTile: cute.Tensor, tile_state, wg_idx=None, all_items: cutlass.Constexpr[bool] = False
-    ):
+    def take_over(self, pipe_tile, sTile: cute.Tensor, tile_state, wg_idx=None):
         """Readers: the next decoded tile, (go, unit, tile, batch_idx, seqlen, item, rows,
         tile_state); item = MMA warpgroup wg_idx's (row_block, head_idx) and rows = (row_lo,
         row_hi) where the class hands them over (else None; rows also for the paged producer
-        warps 1-3 of a pack_gqa class). all_items (the paged producer's one walk,
-        TileConfig.paged_one_walk): item = every handed-over item word, `items_of`'s tuple as warp
-        0 decoded it (() for classes without GQA packing), read before the slot is released."""
+        warps 1-3 of a pack_gqa class)."""
         pipe_tile.consumer_wait(tile_state)
         i = tile_state.index
         go, unit, tile, batch_idx = sTile[0, i], sTile[1, i], sTile[2, i], sTile[3, i]
         seqlen = SeqlenInfo(sTile[4, i], sTile[5, i], sTile[6, i], sTile[7, i])
         item, rows = None, None
-        if const_expr(all_items):
-            item = tuple(sTile[w, i] for w in range(TILE_WORDS, self.tile_words))
         # The paged producer warps 1-3 (wg_idx None) of a GQA-packed class take the rows too: a
         # packed tile's items may start before its unshifted first item (tile_scheduler.item_shift),
         # so tile_rows alone would give them another block range than warp 0 loads.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-from cutlass import Int32, Int64, const_expr
+from cutlass import Int32, const_expr
 
 from .block_info import BlockInfo
 from .paged_kv import BOX_ROWS, PagedKV
@@ -57,91 +57,11 @@ class PagedProducer:
         loads = (
             q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes,
         )  # fmt: skip
-        if const_expr(self.paged_one_walk):
-            self.one_walk(sched, mask_numbers, handoff, lse_args, loads, q_state, kv_state, warp_idx)
-        else:
-            if warp_idx == 0:
-                self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_paged_tile, loads, q_state, kv_state)
-            else:
-                self.reader_walk(handoff, mask_numbers, self.load_paged_tile, loads, q_state, kv_state, sched=sched)
-        cute.arch.cp_async_wait_group(0)
-
-    @cute.jit
-    def one_walk(self, sched, mask_numbers, handoff, lse_args, loads, q_state, kv_state, warp_idx: Int32):
-        """TileConfig.paged_one_walk: `one_walk_tiles` twice behind `producer_walk`'s run-time test
-        (the copy without split-KV and row packing, and the general one)."""
-        sched_1, handoff_1, loads_1 = self.unsplit_unpacked(sched, handoff, loads)
-        if self.general_launch(handoff) == 0:
-            self.one_walk_tiles(sched_1, mask_numbers, handoff_1, lse_args, loads_1, q_state, kv_state, warp_idx)
-        else:
-            self.one_walk_tiles(sched, mask_numbers, handoff, lse_args, loads, q_state, kv_state, warp_idx)
-
-    @cute.jit
-    def one_walk_tiles(self, sched, mask_numbers, handoff, lse_args, loads, q_state, kv_state, warp_idx: Int32):
-        """The four producer warps' one walk: warp 0 leads (`lead_tiles`: the next tile with query
-        rows decoded and handed over, the row-less ones' padded LSE written, or go = 0 past the
-        last), then every producer warp takes the tile over from the tile pipeline, as the MMA
-        warpgroups do, and loads it with the one traced copy of `load_paged_tile`; warp 0 takes
-        its next ticket after the tile's loads, as `walk_tiles` does."""
-        pipe_tile, sTile, mTileCounter, pack_r, splits, row_mult = handoff
-        num_splits, total_q = splits
-        num_tiles = sched[0]
-        lead_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, pipe_tile.num_stages)
-        tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, pipe_tile.num_stages)
-        t = Int64(cute.arch.block_idx()[0])
         if warp_idx == 0:
-            t, lead_state = self.lead_tiles(t, sched, mask_numbers, handoff, lse_args, lead_state)
-        go, unit, tile, batch_idx, seqlen, items, rows, tile_state = self.take_over(
-            pipe_tile, sTile, tile_state, None, True
-        )  # fmt: skip
-        while go != 0:
-            split = 0
-            split_seqlen = seqlen
-            if const_expr(not isinstance(num_splits, int)):  # else the constant 1: no split
-                split = go - 1
-                split_seqlen = seqlen.for_split(split, total_q)
-            block_info = self.block_info_of(tile, pack_r, split_seqlen, mask_numbers, rows, split, num_splits, row_mult)
-            q_state, kv_state = self.load_paged_tile(
-                loads, split_seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items
-            )  # fmt: skip
-            if warp_idx == 0:
-                t = self.next_tile(t, self.take_ticket(num_tiles, mTileCounter), num_tiles, mTileCounter)
-                t, lead_state = self.lead_tiles(t, sched, mask_numbers, handoff, lse_args, lead_state)
-            go, unit, tile, batch_idx, seqlen, items, rows, tile_state = self.take_over(
-                pipe_tile, sTile, tile_state, None, True
-            )  # fmt: skip
-
-    @cute.jit
-    def lead_tiles(self, t: Int64, sched, mask_numbers, handoff, lse_args, lead_state):
-        """Warp 0 of the one walk: from linear tile t on, write the padded LSE of tiles without
-        query rows (taking a ticket after each), hand over the first tile with rows, or go = 0 once
-        t passes the last tile. Returns (t, lead_state)."""
-        pipe_tile, sTile, mTileCounter, pack_r, splits = handoff[:5]
-        num_tiles = sched[0]
-        lane = cute.arch.lane_idx()
-        searching = Int32(1)
-        while searching != 0:
-            if t < num_tiles:
-                t_dealt = t
-                if const_expr(self.stream_mix):
-                    t_dealt = self.mixed_tile(t, num_tiles, sched[13])
-                unit, tile, batch_idx, has_rows, seqlen, _block_info, items, split = self.tile_at(
-                    t_dealt, sched, mask_numbers, splits
-                )  # fmt: skip
-                if has_rows != 0:
-                    lead_state = self.hand_over(pipe_tile, sTile, lead_state, split + 1, unit, tile, batch_idx, seqlen, items)
-                    searching = Int32(0)
-                else:
-                    self.fill_padded_lse(lse_args, seqlen, batch_idx, unit, tile, pack_r, lane, 32)
-                    t = self.next_tile(t, self.take_ticket(num_tiles, mTileCounter), num_tiles, mTileCounter)
-            else:
-                none = SeqlenInfo(Int32(0), Int32(0), Int32(0), Int32(0))
-                lead_state = self.hand_over(
-                    pipe_tile, sTile, lead_state, Int32(0), Int32(0), Int32(0), Int32(0), none,
-                    self.items_of(Int32(0), Int32(0), pack_r),
-                )  # fmt: skip
-                searching = Int32(0)
-        return t, lead_state
+            self.producer_walk(sched, mask_numbers, handoff, lse_args, self.load_paged_tile, loads, q_state, kv_state)
+        else:
+            self.reader_walk(handoff, mask_numbers, self.load_paged_tile, loads, q_state, kv_state, sched=sched)
+        cute.arch.cp_async_wait_group(0)
 
     @cute.jit
     def load_paged_tile(

@@ -116,15 +116,6 @@ class TileConfig:
     # kernel, page count and boxes): shuffled pages cost time (per-box latency, presumably; not
     # measured directly). A measurement variant.
     page_prefetch: bool = False
-    # Paged classes: one walk for the four producer warps (paged_producer.one_walk): warp 0 decodes
-    # and hands each tile over in its own branch, then takes it over like warps 1-3 and all four run
-    # one traced copy of the K/V load code (off: warp 0's walk and warps 1-3's each trace
-    # load_paged_tile, two copies of the code in the instruction caches). Where a launch follows
-    # another kernel, the paged class stalls on instruction fetch (ncu, H100, session 20: "no
-    # instruction" 1.34 warps per issue cycle after a GEMM, 0.32 after itself; 64 x 128 +7.6 us
-    # against the ragged class's +2.2): warps 1-3 then run lines warp 0 already brought in. A
-    # measurement variant.
-    paged_one_walk: bool = False
     # Registers of the producer warpgroup (setmaxnreg) where not 0: the MMA warpgroups get what is
     # left. 0: the class's own split (24; paged 40; paged with TMA boxes 56). A measurement variant.
     producer_regs: int = 0
@@ -441,6 +432,17 @@ def tile_config(layout_class) -> TileConfig:
       -10%. Neither kept (commits 4d751a3 and 43290c7 hold them): MUFU is not what bounds the
       d32 / d64 classes (each polynomial element costs 9 issue slots), and the vote and the
       branch cost more than the FMULs skipped (as the always-vote version in session 7).
+    Measured on an H100 (80 GB HBM3), 2026-12-05 (session 20; docs/benchmarks/2026-12-05-h100-issue10-session20):
+    - The paged class's cost after another kernel is instruction fetch: ncu (application replay),
+      d128 64 x 128 page 16, warps stalled on "no instruction" per issue-active cycle 1.34 after
+      a GEMM against 0.32 after itself (ragged 0.58 / 0.14; long-scoreboard stalls unchanged).
+      Paged after a GEMM, after itself (GPU us): 77.5 / 69.9, ragged 70.7 / 68.5; after the ragged
+      kernel as after the GEMM (77.2). One walk for the four producer warps (warp 0 leads in its
+      own branch, then takes each tile over like warps 1-3 and all four run one traced copy of
+      load_paged_tile; GPU tests passed): 77.5 / 71.2 (64 x 128), longtail14 124.5 / 119.0 against
+      125.1 / 118.8, d64 51.9 / 51.1 against 51.6 / 48.8 (56 bytes of spills in its 32 producer
+      registers); interleaved paged / ragged equal or 1-3% worse. Not taken (commit 8777bd8 holds
+      it): the second copy of the load code is not what the cold instruction cache costs.
     """
     cfg = _tiles(layout_class)
     d_qk, d_v = layout_class.d_qk, layout_class.d_v
