@@ -439,8 +439,9 @@ def tile_config(layout_class) -> TileConfig:
       Paged after a GEMM, after itself (GPU us): 77.5 / 69.9, ragged 70.7 / 68.5; after the ragged
       kernel as after the GEMM (77.2). One walk for the four producer warps (warp 0 leads in its
       own branch, then takes each tile over like warps 1-3 and all four run one traced copy of
-      load_paged_tile; GPU tests passed): 77.5 / 71.2 (64 x 128), longtail14 124.5 / 119.0 against
-      125.1 / 118.8, d64 51.9 / 51.1 against 51.6 / 48.8 (56 bytes of spills in its 32 producer
+      load_paged_tile; GPU tests passed), in its own rounds against main's: 64 x 128 77.5 / 71.2
+      against 76.8 / 69.9, longtail14 124.5 / 119.0 against 125.1 / 118.8, d64 51.9 / 51.1
+      against 51.6 / 48.8 (56 bytes of spills in its 32 producer
       registers); interleaved paged / ragged equal or 1-3% worse. Not taken (commit 8777bd8 holds
       it): the second copy of the load code is not what the cold instruction cache costs.
     """
