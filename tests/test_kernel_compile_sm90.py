@@ -349,18 +349,22 @@ def test_register_split_fits_what_the_launch_allocates(dims, kv, page_tma):
     assert k.mma_regs % 8 == 0 and k.producer_regs % 8 == 0 and k.mma_regs <= 240
 
 
-@pytest.mark.parametrize("box", [16, 64, (128, 64), "crossing", "rows", "one_warp", "fence_every", "prefetch"])
+@pytest.mark.parametrize(
+    "box", [16, 64, (128, 64), "crossing", "rows", "one_warp", "fence_every", "prefetch", "warp_release"]
+)
 def test_paged_class_with_page_boxes_compiles_without_spills(box, capfd):
     """TileConfig.page_tma (paged_kv.py's TMA boxes beside the gather; a pair: page_tma and
     page_tma_small; "crossing": the class's boxes with page_box_crossing, the crossing block's whole
     runs by boxes too; "rows": with page_tma_rows, one instruction per box; "one_warp": warp 0 issues
     every box, session 12's way; "fence_every": paged_fence_gathered_only off, every stage wait
     fenced, as before session 16; "prefetch": page_prefetch, each block's boxes prefetched into L2
-    before the stage acquire): the producer warpgroup's 56 registers hold the box coordinates without spilling."""
+    before the stage acquire; "warp_release": paged_warp_release, one release arrive per MMA warp):
+    the producer warpgroup's 56 registers hold the box coordinates without spilling."""
     lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
     variants = {
         "crossing": dict(page_box_crossing=True), "rows": dict(page_tma_rows=True), "one_warp": dict(page_box_warps=1),
         "fence_every": dict(paged_fence_gathered_only=False), "prefetch": dict(page_prefetch=True),
+        "warp_release": dict(paged_warp_release=True),
     }
     if box in variants:  # the class's own boxes with a measurement variant on
         config = dataclasses.replace(tile_config(lc), **variants[box])

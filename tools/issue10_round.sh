@@ -18,6 +18,8 @@
 #   10    []                                          bash tools/issue10_round.sh sanitize   (after 4, same machine)
 #   11    [".devcache/pv"]                            bash tools/issue10_round.sh switch   (session 19: the paged kernel's cost after another kernel)
 #   12    [".devcache/d192"]                          bash tools/issue10_round.sh d192   (session 19: DeepSeek's rows on H100, variants)
+#   13    [".devcache/b", ".devcache/pv/wr", and main's d128 / d64 paged and ragged objects in .devcache/pv, file by file]
+#                                                     source .devcache/b/bootstrap.sh >/dev/null 2>&1; bash tools/issue10_round.sh variant wr paged_warp_release=True
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
@@ -45,6 +47,10 @@
 #            application replay on `tools/probe_kernel_switch.py --ncu` (duration and the warps' "no
 #            instruction", long-scoreboard and barrier stalls of the paged / ragged launches after a
 #            GEMM and after themselves: are they instruction fetches?)
+#   variant NAME FIELDS  a paged variant built into .devcache/pv/NAME: the switch probe beside main
+#            (PROBE_VARIANT), the interleaved paged / ragged rounds, its GPU tests with FIELDS (session
+#            20: `variant wr paged_warp_release=True`; carry .devcache/b and the pv objects file by
+#            file: the whole .devcache/pv with .devcache/b passes the 64 MiB carry limit)
 #   d192     DeepSeek's rows (tools/bench_issue10.py h128/128) with d192 variants: n64s4 (tile_n 64,
 #            4 stages; spills 76 bytes), n80s3 (tile_n 80, 3 stages), pp (ping-pong), n112 (tile_n 112)
 #   sanitize compute-sanitizer racecheck and memcheck over d128 problems (tools/sanitize_sm90.py:
@@ -63,8 +69,9 @@
 #   for v in "" n64s4:tile_n=64,num_stages=4 n80s3:tile_n=80,num_stages=3 pp:pingpong=1 n112:tile_n=112; do
 #     CUTE_DSL_ARCH=sm_90a RAGGED_ATTN_DISK_CACHE=0 python tools/prebuild_sm90.py .devcache/d192${v:+/${v%%:*}} \
 #     --no-variants --jobs 1 --classes sm_90a-d192x128-bf16-bf16-causal-lse-ragged ${v:+--config ${v#*:}}; done
+#   DIMS="128 64" bash tools/paged_variants_round.sh build wr=paged_warp_release=1
 set -o pipefail
-mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|d192|sweep|closing SUITE|closing_paged|ncu|sanitize}
+mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|sanitize}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -141,6 +148,26 @@ switch)
     python3 tools/probe_kernel_switch.py --ncu > $OUT/ncu_switch.log 2>&1
   grep -E "RaggedForward|gpu__time_duration|stalled" $OUT/ncu_switch.log | head -40
   ;;
+variant)
+  # A paged tile-config variant built into .devcache/pv/NAME (tools/paged_variants_round.sh build
+  # NAME=FIELDS): the switch probe beside main's paged and ragged builds (d128 64 x 128 and
+  # longtail14, d64 64 x 128, page 16), the interleaved paged / ragged rounds (d128), then its GPU
+  # tests on the causal d128 and the d64 paged classes (compiled here with FIELDS)
+  name=${2:?variant needs NAME FIELDS, e.g. variant wr paged_warp_release=True}; fields=${3:?variant needs FIELDS}
+  for cfg in "128 16 $short" "128 16 " "64 16 $short"; do
+    set -- $cfg
+    echo "=== d$1 page $2 ${3:0:12}"
+    PAGED_BENCH_D=$1 PROBE_PAGE=$2 PAGED_BENCH_LENS=$3 PROBE_VARIANT=$name BENCH_REPS=16 \
+      RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv timeout 45 python3 tools/probe_kernel_switch.py > $OUT/probe.log 2>&1
+    rc=$?; grep -v Warn $OUT/probe.log | tail -13
+    [ $rc = 124 ] && { echo "probe timed out (a hang?): stopping"; exit 1; }
+  done | tee $OUT/switch_$name.log
+  [ -n "$(grep 'timed out' $OUT/switch_$name.log)" ] && exit 1
+  DIMS=${DIMS:-128} ROUNDS=${ROUNDS:-6} BENCH_S=${BENCH_S:-120} bash tools/paged_variants_round.sh run $name
+  RAGGED_ATTN_TEST_TILE_CONFIG=$fields timeout ${TESTS_S:-150} python3 -m pytest tests/gpu/test_paged_gpu.py \
+    -q -n 8 -p no:cacheprovider -x -k "(cTrue and d128) or d64 or decode_rows or cuda_graph" > $OUT/tests_$name.log 2>&1
+  echo "tests rc $?"; tail -3 $OUT/tests_$name.log
+  ;;
 d192)
   RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/d192 RAGGED_ATTN_VARIANTS=n64s4,n80s3,pp,n112 BENCH_REPS=${BENCH_REPS:-15} \
     timeout ${BENCH_S:-300} python3 tools/bench_issue10.py h128/128 > $OUT/d192.log 2>&1
@@ -156,7 +183,7 @@ sanitize)
   done
   ;;
 *)
-  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|d192|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
+  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
   exit 2
   ;;
 esac

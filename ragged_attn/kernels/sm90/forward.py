@@ -88,7 +88,7 @@ from .block_info import UNBOUNDED, BlockInfo
 from .epilogue import lse_index, store_tile, turn_threads
 from .mainloop import SCHED_BARRIER_BASE, MmaMainloops
 from .paged_kv import PRODUCER_THREADS, make_gather_copy, make_page_box_tma, make_page_rows_tma
-from .paged_producer import PagedProducer
+from .paged_producer import PagedProducer, PipelineCpAsyncWarpRelease
 from .producer import TmaProducer
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
@@ -235,6 +235,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         self.page_prefetch = config.page_prefetch and paged  # boxes prefetched into L2 before the stage acquire
         self.page_box_crossing = config.page_box_crossing and paged  # the crossing block's whole runs by boxes too
         self.page_crossing_k_box = config.page_crossing_k_box and paged  # the crossing block's K by its page_tma box
+        self.paged_warp_release = config.paged_warp_release and paged  # K/V stages released once per MMA warp
         # One instruction per box over the rows view: head dims of whole 64-column bands only (d96
         # classes keep d / 64 instructions per box; a variant run over every class stays valid).
         self.page_tma_rows = config.page_tma_rows and paged and d_qk % 64 == 0 and d_v % 64 == 0
@@ -738,14 +739,18 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
             # PipelineCpAsync.consumer_release arrives from every consumer thread.
             producer_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, PRODUCER_THREADS)
             mma_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
-            pipe_k = pipeline.PipelineCpAsync.create(
+            kv_pipeline = pipeline.PipelineCpAsync
+            if const_expr(self.paged_warp_release):  # one arrive per MMA warp (TileConfig.paged_warp_release)
+                mma_threads = mma_warps
+                kv_pipeline = PipelineCpAsyncWarpRelease
+            pipe_k = kv_pipeline.create(
                 barrier_storage=storage.mbar_k.data_ptr(),
                 num_stages=self.num_stages,
                 producer_group=producer_threads,
                 consumer_group=mma_threads,
                 defer_sync=True,
             )
-            pipe_v = pipeline.PipelineCpAsync.create(
+            pipe_v = kv_pipeline.create(
                 barrier_storage=storage.mbar_v.data_ptr(),
                 num_stages=self.num_stages,
                 producer_group=producer_threads,

@@ -15,11 +15,34 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Int32, const_expr
+from cutlass.cutlass_dsl import if_generate
 
 from .block_info import BlockInfo
 from .paged_kv import BOX_ROWS, PagedKV
 from .seqlen_info import SeqlenInfo
 from .tile_scheduler import kv_head
+
+
+class PipelineCpAsyncWarpRelease(pipeline.PipelineCpAsync):
+    """TileConfig.paged_warp_release: a paged K/V stage pipeline whose consumers (the MMA warps)
+    release a stage from lane 0 of each warp, as PipelineTmaAsync's consumers do (create it with a
+    consumer group counting warps), instead of PipelineCpAsync's arrive from every thread. The
+    producers' side is PipelineCpAsync's."""
+
+    @staticmethod
+    def create(**kwargs) -> PipelineCpAsyncWarpRelease:
+        base = pipeline.PipelineCpAsync.create(**kwargs)
+        return PipelineCpAsyncWarpRelease(
+            base.sync_object_full, base.sync_object_empty, base.num_stages, base.producer_mask, base.consumer_mask
+        )
+
+    def consumer_release(self, state: pipeline.PipelineState, *, loc=None, ip=None) -> None:
+        """Lane 0 of the calling warp arrives on the stage's empty barrier (the warp's reads of it
+        are complete: the MMA warpgroups release after waiting for the GEMMs that read it)."""
+        if_generate(
+            cute.arch.lane_idx() == 0,
+            lambda: self.sync_object_empty.arrive(state.index, self.consumer_mask, loc=loc, ip=ip),
+        )
 
 
 class PagedProducer:

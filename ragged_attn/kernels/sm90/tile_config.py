@@ -116,6 +116,13 @@ class TileConfig:
     # kernel, page count and boxes): shuffled pages cost time (per-box latency, presumably; not
     # measured directly). A measurement variant.
     page_prefetch: bool = False
+    # Paged classes: the MMA warps release each K / V stage from one lane per warp (the stage's
+    # empty barrier counts warps, as the ragged class's PipelineTmaAsync does), not from all 32
+    # lanes (PipelineCpAsync's consumer release: 256 arrives per stage, two stages a block; SASS: an
+    # unpredicated SYNCS.ARRIVE in the paged MMA loops, predicated to one lane in the ragged ones).
+    # A measurement variant (session 20, unmeasured: the paged class's steady-state gap, 2.5-5% at
+    # page 128 on 1 x 8192, sits in its per-block work).
+    paged_warp_release: bool = False
     # Registers of the producer warpgroup (setmaxnreg) where not 0: the MMA warpgroups get what is
     # left. 0: the class's own split (24; paged 40; paged with TMA boxes 56). A measurement variant.
     producer_regs: int = 0
