@@ -176,7 +176,6 @@ def expected_class(p: SweepProblem, arch: str = "sm_90a") -> LayoutClass:
     )  # fmt: skip
 
 
-
 def sweep_classes(seed: int, indices) -> list:
     """The layout classes the problems `indices` of the sweep `seed` run on, with their split-KV
     siblings (backends.split_kv_sibling: a class without an LSE splits through its LSE sibling),
@@ -185,6 +184,8 @@ def sweep_classes(seed: int, indices) -> list:
 
     expected = {expected_class(draw(seed, i)) for i in indices}
     return sorted(expected | {split_kv_sibling(lc) for lc in expected})
+
+
 # ----------------------------------------------------------------------------- the generator
 def _weighted(rng: random.Random, pairs):
     x = rng.random() * sum(w for _, w in pairs)

@@ -76,6 +76,21 @@ source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 short=$(python3 -c "print(','.join(['128'] * 64))")  # the 64 x 128 batch's lengths (PAGED_BENCH_LENS)
+# probe_round TIMEOUT STOP "D PAGE LENS"...: tools/probe_kernel_switch.py on each config (main's objects in
+# .devcache/pv; PROBE_VARIANT passes through), each run cut at TIMEOUT s; STOP 1: a run cut there
+# (a hang?) ends the round with status 1
+probe_round() {
+  local limit=$1 stop=$2 cfg rc
+  shift 2
+  for cfg in "$@"; do
+    set -- $cfg
+    echo "=== d$1 page $2 ${3:0:12}"
+    PAGED_BENCH_D=$1 PROBE_PAGE=$2 PAGED_BENCH_LENS=$3 BENCH_REPS=16 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv \
+      timeout $limit python3 tools/probe_kernel_switch.py > $OUT/probe.log 2>&1
+    rc=$?; grep -v Warn $OUT/probe.log | tail -13
+    if [ $rc = 124 ] && [ $stop = 1 ]; then echo "probe timed out (a hang?): stopping"; return 1; fi
+  done
+}
 case $mode in
 paged)
   DIMS=128 ROUNDS=${ROUNDS:-8} BENCH_S=${BENCH_S:-150} PAGED_BENCH_IN_ORDER=16 PAGED_BENCH_WINDOW=16:64 \
@@ -134,12 +149,8 @@ ncu)
   done
   ;;
 switch)
-  for cfg in "128 16 $short" "128 16 " "128 16 8192" "64 16 $short" "128 128 $short" "128 5 $short"; do
-    set -- $cfg
-    echo "=== d$1 page $2 ${3:0:12}"
-    PAGED_BENCH_D=$1 PROBE_PAGE=$2 PAGED_BENCH_LENS=$3 BENCH_REPS=16 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv \
-      timeout 90 python3 tools/probe_kernel_switch.py 2>&1 | grep -v Warn | tail -10
-  done | tee $OUT/switch.log
+  probe_round 90 0 "128 16 $short" "128 16 " "128 16 8192" "64 16 $short" "128 128 $short" "128 5 $short" \
+    | tee $OUT/switch.log
   PAGED_BENCH_LENS=$short RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv timeout 240 ncu --replay-mode application \
     --cache-control none --clock-control none -k regex:RaggedForwardSm90 --metrics gpu__time_duration.sum,$(
     )smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,$(
@@ -154,15 +165,8 @@ variant)
   # longtail14, d64 64 x 128, page 16), the interleaved paged / ragged rounds (d128), then its GPU
   # tests on the causal d128 and the d64 paged classes (compiled here with FIELDS)
   name=${2:?variant needs NAME FIELDS, e.g. variant wr paged_warp_release=True}; fields=${3:?variant needs FIELDS}
-  for cfg in "128 16 $short" "128 16 " "64 16 $short"; do
-    set -- $cfg
-    echo "=== d$1 page $2 ${3:0:12}"
-    PAGED_BENCH_D=$1 PROBE_PAGE=$2 PAGED_BENCH_LENS=$3 PROBE_VARIANT=$name BENCH_REPS=16 \
-      RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv timeout 45 python3 tools/probe_kernel_switch.py > $OUT/probe.log 2>&1
-    rc=$?; grep -v Warn $OUT/probe.log | tail -13
-    [ $rc = 124 ] && { echo "probe timed out (a hang?): stopping"; exit 1; }
-  done | tee $OUT/switch_$name.log
-  [ -n "$(grep 'timed out' $OUT/switch_$name.log)" ] && exit 1
+  PROBE_VARIANT=$name probe_round 45 1 "128 16 $short" "128 16 " "64 16 $short" | tee $OUT/switch_$name.log
+  [ "${PIPESTATUS[0]}" = 0 ] || exit 1
   DIMS=${DIMS:-128} ROUNDS=${ROUNDS:-6} BENCH_S=${BENCH_S:-120} bash tools/paged_variants_round.sh run $name
   RAGGED_ATTN_TEST_TILE_CONFIG=$fields timeout ${TESTS_S:-150} python3 -m pytest tests/gpu/test_paged_gpu.py \
     -q -n 8 -p no:cacheprovider -x -k "(cTrue and d128) or d64 or decode_rows or cuda_graph" > $OUT/tests_$name.log 2>&1
