@@ -50,6 +50,8 @@ import cutlass.cute as cute
 from cutlass import Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync
 
+from .producer import cache_hint
+
 PRODUCER_THREADS = 128
 COPY_BITS = 128
 L2_LINE_BYTES = 128  # one `prefetch_rows` prefetch
@@ -348,8 +350,7 @@ class PagedKV:
             with cute.arch.elect_one():
                 cute.prefetch(tma_atom, t_g)
         else:
-            hint = {} if const_expr(self.cache_policy is None) else {"cache_policy": self.cache_policy}
-            cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar, **hint)
+            cute.copy(tma_atom, t_g, t_s, tma_bar_ptr=bar, **cache_hint(self.cache_policy))
 
     @cute.jit
     def load_boxes_covered(

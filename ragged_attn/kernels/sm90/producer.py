@@ -37,6 +37,11 @@ L2_EVICT_FIRST = 0x12F0000000000000
 L2_EVICT_LAST = 0x14F0000000000000
 
 
+def cache_hint(policy) -> dict:
+    """cute.copy's keyword for an L2 cache_policy operand: {} for None (the DSL's default policy)."""
+    return {} if policy is None else {"cache_policy": policy}
+
+
 class TmaProducer:
     """The producer warp's Q loads and the ragged class's K/V loads."""
 
@@ -44,8 +49,8 @@ class TmaProducer:
         """cute.copy's cache_policy for a Q load: with l2_hints 1 EVICT_FIRST (a tile's Q is read
         once), 2 EVICT_NORMAL; else nothing (the DSL's policy 0)."""
         if const_expr(self.l2_hints == 2):
-            return {"cache_policy": Int64(L2_EVICT_NORMAL)}
-        return {"cache_policy": Int64(L2_EVICT_FIRST)} if const_expr(self.l2_hints == 1) else {}
+            return cache_hint(Int64(L2_EVICT_NORMAL))
+        return cache_hint(Int64(L2_EVICT_FIRST) if const_expr(self.l2_hints == 1) else None)
 
     @cute.jit
     def kv_policy(self, len_q: Int32, row_mult, pack_r, ratio) -> Int64:
@@ -283,7 +288,7 @@ class TmaProducer:
         (The block's slice is taken after the acquire, as the code it replaced did: the same object.)
         policy: the copy's L2 cache_policy (`kv_policy`), or None for the default."""
         pipe.producer_acquire(kv_state)
-        hint = {} if const_expr(policy is None) else {"cache_policy": policy}
         cute.copy(
-            tma_atom, src[None, n_block], dst[None, kv_state.index], tma_bar_ptr=pipe.producer_get_barrier(kv_state), **hint
+            tma_atom, src[None, n_block], dst[None, kv_state.index], tma_bar_ptr=pipe.producer_get_barrier(kv_state),
+            **cache_hint(policy),
         )  # fmt: skip

@@ -440,7 +440,7 @@ def tile_config(layout_class) -> TileConfig:
       d32 / d64 classes (each polynomial element costs 9 issue slots), and the vote and the
       branch cost more than the FMULs skipped (as the always-vote version in session 7).
     Measured on an H100 (80 GB HBM3), 2026-12-05 (session 20; docs/benchmarks/2026-12-05-h100-issue10-session20):
-    - The paged class's cost after another kernel is instruction fetch: ncu (application replay),
+    - The paged class's cost after another kernel shows as instruction-fetch stalls: ncu (application replay),
       d128 64 x 128 page 16, warps stalled on "no instruction" per issue-active cycle 1.34 after
       a GEMM against 0.32 after itself (ragged 0.58 / 0.14; long-scoreboard stalls unchanged).
       Paged after a GEMM, after itself (GPU us): 77.5 / 69.9, ragged 70.7 / 68.5; after the ragged
