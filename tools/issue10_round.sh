@@ -18,8 +18,8 @@
 #   10    []                                          bash tools/issue10_round.sh sanitize   (after 4, same machine)
 #   11    [".devcache/pv"]                            bash tools/issue10_round.sh switch   (session 19: the paged kernel's cost after another kernel)
 #   12    [".devcache/d192"]                          bash tools/issue10_round.sh d192   (session 19: DeepSeek's rows on H100, variants)
-#   13    [".devcache/b", ".devcache/pv/wr", and main's d128 / d64 paged and ragged objects in .devcache/pv, file by file]
-#                                                     source .devcache/b/bootstrap.sh >/dev/null 2>&1; bash tools/issue10_round.sh variant wr paged_warp_release=True
+#   13    [".devcache/b", ".devcache/pv"]             source .devcache/b/bootstrap.sh >/dev/null 2>&1; PAGED_BENCH_CUDNN=0 bash tools/issue10_round.sh variant wr paged_warp_release=True
+#         (.devcache/pv holding only main's d128 / d64 objects and wr's: 1.6 MiB, built by the last line below, ~50 s)
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
@@ -87,7 +87,7 @@ probe_round() {
     echo "=== d$1 page $2 ${3:0:12}"
     PAGED_BENCH_D=$1 PROBE_PAGE=$2 PAGED_BENCH_LENS=$3 BENCH_REPS=16 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv \
       timeout $limit python3 tools/probe_kernel_switch.py > $OUT/probe.log 2>&1
-    rc=$?; grep -v Warn $OUT/probe.log | tail -13
+    rc=$?; grep -v Warn $OUT/probe.log | tail -${PROBE_TAIL:-26}
     if [ $rc = 124 ] && [ $stop = 1 ]; then echo "probe timed out (a hang?): stopping"; return 1; fi
   done
 }
@@ -165,7 +165,9 @@ variant)
   # longtail14, d64 64 x 128, page 16), the interleaved paged / ragged rounds (d128), then its GPU
   # tests on the causal d128 and the d64 paged classes (compiled here with FIELDS)
   name=${2:?variant needs NAME FIELDS, e.g. variant wr paged_warp_release=True}; fields=${3:?variant needs FIELDS}
-  PROBE_VARIANT=$name probe_round 45 1 "128 16 $short" "128 16 " "64 16 $short" | tee $OUT/switch_$name.log
+  # PROBE_CAUSE (default on): the switch probe's launches that tell code state from data state (session 21)
+  PROBE_CAUSE=${PROBE_CAUSE:-1} PROBE_VARIANT=$name probe_round 45 1 "128 16 $short" "128 16 " "64 16 $short" \
+    | tee $OUT/switch_$name.log
   [ "${PIPESTATUS[0]}" = 0 ] || exit 1
   DIMS=${DIMS:-128} ROUNDS=${ROUNDS:-6} BENCH_S=${BENCH_S:-120} bash tools/paged_variants_round.sh run $name
   RAGGED_ATTN_TEST_TILE_CONFIG=$fields timeout ${TESTS_S:-150} python3 -m pytest tests/gpu/test_paged_gpu.py \

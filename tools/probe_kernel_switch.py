@@ -20,6 +20,12 @@ Usage: RAGGED_ATTN_SM90_PREBUILT=DIR [PAGED_BENCH_LENS=...] [PAGED_BENCH_D=64] [
        [PROBE_VARIANT=NAME] python tools/probe_kernel_switch.py [--ncu]
 PROBE_VARIANT: also time the paged build in DIR/NAME/ (tools/paged_variants_round.sh build) after
 the GEMM and after itself, in the same rounds.
+PROBE_CAUSE=1: also the launches that tell where the switch cost lives (session 21): the paged
+kernel after a small GEMM (256 x 256 x 256: the GEMM's code, almost none of its data), after the
+ragged kernel on a tiny batch (1 x 128: its code, not the big batch's K/V), and after the big GEMM
+followed by the paged kernel itself on a tiny batch (5 x 128: 160 tiles, a CTA on every SM; 1 x 128:
+32 CTAs). Code state per SM (instruction caches) predicts: slow, slow, fast, slow; data state (the
+big pools' translations or lines) predicts: fast, fast, slow, slow.
 Pools: page PROBE_PAGE (default 16: 16-key TMA boxes; 128: one 128-key box per stage; 5: the
 cp.async gather, no box), pages shuffled (tools/bench_paged_sm90.py's make_problem and launches).
 """
@@ -64,6 +70,8 @@ def main():
         "GEMM again": gemm,
         "ragged after GEMM": ragged,
     }
+    if os.environ.get("PROBE_CAUSE", "0") == "1":
+        order.update(cause_launches(dev, gemm, paged, page))
     variant = os.environ.get("PROBE_VARIANT", "")
     if variant:  # a variant's paged build (RAGGED_ATTN_SM90_PREBUILT/<variant>/) after the GEMM and itself
         other = paged_call(bp.kernel("paged", variant), kvp, vvp, table)
@@ -74,6 +82,43 @@ def main():
     print("|---|---|")
     for label, ms in times.items():
         print(f"| {label} | {ms * 1e3:.1f} |")
+
+
+def tiny_launches(dev, lens: str, page: int):
+    """(ragged, paged) zero-argument launches of main's kernels on a tiny batch (lengths `lens`,
+    PAGED_BENCH_LENS's format) of its own tensors and pools (page size `page`)."""
+    spec = os.environ.get("PAGED_BENCH_LENS")
+    os.environ["PAGED_BENCH_LENS"] = lens
+    try:
+        _lens, q, k, v, cu, used, common, _flops, pools = bp.make_problem(dev)
+    finally:
+        if spec is None:
+            os.environ.pop("PAGED_BENCH_LENS")
+        else:
+            os.environ["PAGED_BENCH_LENS"] = spec
+    ragged_call, paged_call = bp.launches(q, k, v, cu, used, common)
+    return ragged_call(bp.kernel("ragged")), paged_call(bp.kernel("paged"), *pools(page))
+
+
+def cause_launches(dev, gemm, paged, page: int) -> dict:
+    """PROBE_CAUSE's entries, in the order gpu_ms_interleaved runs them (each after the one before)."""
+    a = torch.randn(256, 256, device=dev, dtype=torch.bfloat16)
+    small_gemm = lambda: a @ a  # noqa: E731
+    ragged_1, _ = tiny_launches(dev, "128", page)
+    _, paged_5 = tiny_launches(dev, "128,128,128,128,128", page)
+    _, paged_1 = tiny_launches(dev, "128", page)
+    return {
+        "small GEMM": small_gemm,
+        "paged after small GEMM": paged,
+        "ragged 1 x 128": ragged_1,
+        "paged after ragged 1 x 128": paged,
+        "GEMM (4)": gemm,
+        "paged 5 x 128 after GEMM": paged_5,
+        "paged after GEMM, paged 5 x 128": paged,
+        "GEMM (5)": gemm,
+        "paged 1 x 128 after GEMM": paged_1,
+        "paged after GEMM, paged 1 x 128": paged,
+    }
 
 
 if __name__ == "__main__":
