@@ -21,11 +21,12 @@ Usage: RAGGED_ATTN_SM90_PREBUILT=DIR [PAGED_BENCH_LENS=...] [PAGED_BENCH_D=64] [
 PROBE_VARIANT: also time the paged build in DIR/NAME/ (tools/paged_variants_round.sh build) after
 the GEMM and after itself, in the same rounds.
 PROBE_CAUSE=1: also the launches that tell where the switch cost lives (session 21): the paged
-kernel after a small GEMM (256 x 256 x 256: the GEMM's code, almost none of its data), after the
-ragged kernel on a tiny batch (1 x 128: its code, not the big batch's K/V), and after the big GEMM
-followed by the paged kernel itself on a tiny batch (5 x 128: 160 tiles, a CTA on every SM; 1 x 128:
-32 CTAs). Code state per SM (instruction caches) predicts: slow, slow, fast, slow; data state (the
-big pools' translations or lines) predicts: fast, fast, slow, slow.
+kernel after a GEMM of little data on every SM (2048 x 2048 x 64: 256 output tiles), after the
+ragged kernel on a tiny batch (5 x 128: 160 tiles, a CTA on every SM; its code, not the big batch's
+K/V), and after the big GEMM followed by the paged kernel itself (the same loaded module) on 5 x 128
+or on 1 x 128 (32 CTAs: the code in L2, most SMs cold). Code state per SM (instruction caches)
+predicts: slow, slow, fast, slow; data state (the big pools' translations or lines) predicts:
+fast, fast, slow, slow.
 Pools: page PROBE_PAGE (default 16: 16-key TMA boxes; 128: one 128-key box per stage; 5: the
 cp.async gather, no box), pages shuffled (tools/bench_paged_sm90.py's make_problem and launches).
 """
@@ -51,7 +52,8 @@ def main():
     ragged_call, paged_call = bp.launches(q, k, v, cu, used, common)
     page = int(os.environ.get("PROBE_PAGE", "16"))
     kvp, vvp, table = pools(page)
-    paged, ragged = paged_call(bp.kernel("paged"), kvp, vvp, table), ragged_call(bp.kernel("ragged"))
+    kernels = {"ragged": bp.kernel("ragged"), "paged": bp.kernel("paged")}  # one loaded module each
+    paged, ragged = paged_call(kernels["paged"], kvp, vvp, table), ragged_call(kernels["ragged"])
     a = torch.randn(8192, 4096, device=dev, dtype=torch.bfloat16)
     w = torch.randn(4096, 6144, device=dev, dtype=torch.bfloat16)
     gemm = lambda: a @ w  # noqa: E731
@@ -71,7 +73,7 @@ def main():
         "ragged after GEMM": ragged,
     }
     if os.environ.get("PROBE_CAUSE", "0") == "1":
-        order.update(cause_launches(dev, gemm, paged, page))
+        order.update(cause_launches(dev, gemm, paged, page, kernels))
     variant = os.environ.get("PROBE_VARIANT", "")
     if variant:  # a variant's paged build (RAGGED_ATTN_SM90_PREBUILT/<variant>/) after the GEMM and itself
         other = paged_call(bp.kernel("paged", variant), kvp, vvp, table)
@@ -84,9 +86,11 @@ def main():
         print(f"| {label} | {ms * 1e3:.1f} |")
 
 
-def tiny_launches(dev, lens: str, page: int):
+def tiny_launches(dev, lens: str, page: int, kernels: dict):
     """(ragged, paged) zero-argument launches of main's kernels on a tiny batch (lengths `lens`,
-    PAGED_BENCH_LENS's format) of its own tensors and pools (page size `page`)."""
+    PAGED_BENCH_LENS's format) of its own tensors and pools (page size `page`). kernels: the big
+    batch's loaded kernels, so both batches run the same code at the same addresses (loading the
+    .o again would make a second copy)."""
     spec = os.environ.get("PAGED_BENCH_LENS")
     os.environ["PAGED_BENCH_LENS"] = lens
     try:
@@ -97,21 +101,21 @@ def tiny_launches(dev, lens: str, page: int):
         else:
             os.environ["PAGED_BENCH_LENS"] = spec
     ragged_call, paged_call = bp.launches(q, k, v, cu, used, common)
-    return ragged_call(bp.kernel("ragged")), paged_call(bp.kernel("paged"), *pools(page))
+    return ragged_call(kernels["ragged"]), paged_call(kernels["paged"], *pools(page))
 
 
-def cause_launches(dev, gemm, paged, page: int) -> dict:
+def cause_launches(dev, gemm, paged, page: int, kernels: dict) -> dict:
     """PROBE_CAUSE's entries, in the order gpu_ms_interleaved runs them (each after the one before)."""
-    a = torch.randn(256, 256, device=dev, dtype=torch.bfloat16)
-    small_gemm = lambda: a @ a  # noqa: E731
-    ragged_1, _ = tiny_launches(dev, "128", page)
-    _, paged_5 = tiny_launches(dev, "128,128,128,128,128", page)
-    _, paged_1 = tiny_launches(dev, "128", page)
+    a = torch.randn(2048, 64, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(64, 2048, device=dev, dtype=torch.bfloat16)
+    small_gemm = lambda: a @ b  # noqa: E731
+    _, paged_1 = tiny_launches(dev, "128", page, kernels)
+    ragged_5, paged_5 = tiny_launches(dev, "128,128,128,128,128", page, kernels)
     return {
-        "small GEMM": small_gemm,
-        "paged after small GEMM": paged,
-        "ragged 1 x 128": ragged_1,
-        "paged after ragged 1 x 128": paged,
+        "GEMM 2048 x 2048 x 64": small_gemm,
+        "paged after GEMM 2048 x 2048 x 64": paged,
+        "ragged 5 x 128": ragged_5,
+        "paged after ragged 5 x 128": paged,
         "GEMM (4)": gemm,
         "paged 5 x 128 after GEMM": paged_5,
         "paged after GEMM, paged 5 x 128": paged,
