@@ -18,7 +18,7 @@
 #   10    []                                          bash tools/issue10_round.sh sanitize   (after 4, same machine)
 #   11    [".devcache/pv"]                            bash tools/issue10_round.sh switch   (session 19: the paged kernel's cost after another kernel)
 #   12    [".devcache/d192"]                          bash tools/issue10_round.sh d192   (session 19: DeepSeek's rows on H100, variants)
-#   13    [".devcache/b", ".devcache/pv"]             source .devcache/b/bootstrap.sh >/dev/null 2>&1; PAGED_BENCH_CUDNN=0 bash tools/issue10_round.sh variant wr paged_warp_release=True
+#   13    [".devcache/b", ".devcache/pv"]             source .devcache/b/bootstrap.sh >/dev/null 2>&1; PAGED_BENCH_CUDNN=0 ROUNDS=5 BENCH_S=90 TESTS_S=120 bash tools/issue10_round.sh variant wr paged_warp_release=True
 #         (.devcache/pv holding only main's d128 / d64 objects and wr's: 1.6 MiB, built by the last line below, ~50 s)
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
