@@ -146,6 +146,25 @@ def forward_only(q, k, v, sinks=None) -> None:
             )
 
 
+def writable_in_place(name: str, buf: torch.Tensor) -> None:
+    """ValueError naming `name` for a caller's output buffer that torch would refuse to write in
+    place: one that requires grad while grad mode is enabled, or an inference tensor outside
+    torch.inference_mode(). Called before anything is written (the reference writes sequence by
+    sequence, so torch's own error would come after the first sequence's rows)."""
+    if torch.is_grad_enabled() and buf.requires_grad:
+        raise ValueError(
+            f"{name}: expected a buffer that does not require grad (it is written in place), got one with "
+            "requires_grad=True while grad mode is enabled; pass a plain tensor or call under torch.no_grad()"
+        )
+    if torch.compiler.is_compiling():  # no inference flags under tracing
+        return
+    if buf.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError(
+            f"{name}: expected a tensor writable outside torch.inference_mode(), got an inference tensor; "
+            "call under torch.inference_mode() or pass a tensor made outside it"
+        )
+
+
 def apart(name: str, x: torch.Tensor, others, what: str = "the inputs") -> None:
     """ValueError naming `name` when x's memory overlaps one of `others`, (name, tensor or None)
     pairs (`overlaps`: a span test): "NAME: expected memory apart from WHAT, got a tensor

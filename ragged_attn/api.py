@@ -123,7 +123,9 @@ def attention(
     Raises:
         TypeError / ValueError: a bad argument (named in the message), among them an out / lse
             overlapping any input (q, k, v, cu_seqlens_q/k, seqused_q/k, page_table; the message
-            names both), or an input that requires grad with grad mode enabled; nothing is written.
+            names both), an input that requires grad with grad mode enabled, or an out / lse torch
+            would refuse to write in place (one that requires grad with grad mode enabled, an
+            inference tensor outside torch.inference_mode()); nothing is written.
         NotImplementedError: the kernel does not serve this valid problem (the message says why,
             naming the argument: among them `sinks` of a stride other than 1); backend="reference"
             does.

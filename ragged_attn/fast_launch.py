@@ -292,6 +292,13 @@ class BoundKernel:
                 used_q, flag_q = (cu_q, 0) if seqused_q is None else (seqused_q, 1)
                 used_k, flag_k = (cu_k, 0) if seqused_k is None else (seqused_k, 1)
             if out is not None:
+                # A buffer torch would refuse to write in place (requires grad with grad mode on, an
+                # inference tensor outside inference mode): the checked path names it
+                # (_checks.writable_in_place), so a call is refused on every backend alike.
+                if out.requires_grad and torch.is_grad_enabled():
+                    return None
+                if out.is_inference() and not torch.is_inference_mode_enabled():
+                    return None
                 # A unit last stride, other strides multiples of 8 elements and a 16-byte base (the
                 # TVM-FFI entry's rules, checked here too: a split launch hands the entry a workspace,
                 # not out, and the merge writes out with torch ops that take any layout), nested

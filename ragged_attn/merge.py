@@ -98,19 +98,9 @@ def _output_buffers(out, s_out, v0: torch.Tensor, shape: tuple, inputs: dict, v_
     for name, buf in (("out", out), ("s_out", s_out)):
         if buf is None:
             continue
-        # In-place writes torch refuses, refused here before anything is written.
-        if torch.is_grad_enabled() and buf.requires_grad:
-            raise ValueError(
-                f"{name}: expected a buffer that does not require grad (it is written in place), got one with "
-                "requires_grad=True while grad mode is enabled; pass a plain tensor or call under torch.no_grad()"
-            )
-        if torch.compiler.is_compiling():  # no data pointers (nor inference flags) under tracing
+        chk.writable_in_place(name, buf)  # in-place writes torch refuses, refused before anything is written
+        if torch.compiler.is_compiling():  # no data pointers under tracing
             continue
-        if buf.is_inference() and not torch.is_inference_mode_enabled():
-            raise ValueError(
-                f"{name}: expected a tensor writable outside torch.inference_mode(), got an inference tensor; "
-                "call under torch.inference_mode() or pass a tensor made outside it"
-            )
         for other, x in inputs.items():
             if chk.overlaps(buf, x):
                 raise ValueError(

@@ -368,6 +368,7 @@ def build_problem(
             )
         chk.last_dim_contiguous("out", out)
         chk.not_self_overlapping("out", out)
+        chk.writable_in_place("out", out)
         inputs = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
                   ("seqused_q", seqused_q), ("seqused_k", seqused_k), ("page_table", page_table), ("sinks", sinks))  # fmt: skip
         chk.apart("out", out, inputs)
@@ -435,6 +436,7 @@ def build_problem(
     )
     if lse is not None:
         check_lse_buffer(problem, lse)
+        chk.writable_in_place("lse", lse)
         others = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
                   ("seqused_q", seqused_q), ("seqused_k", seqused_k), ("page_table", page_table), ("out", out),
                   ("sinks", sinks))  # fmt: skip

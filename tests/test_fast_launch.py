@@ -187,6 +187,24 @@ def test_inputs_that_require_grad_go_to_the_checked_path_with_grad_on(name):
         assert bound.try_launch(**a) is not None and len(rec.calls) == 1
 
 
+@pytest.mark.parametrize("kind", ["grad", "inference"])
+def test_an_out_torch_would_not_write_goes_to_the_checked_path(kind):
+    """An out that requires grad (grad mode on) or an inference tensor (outside inference mode): the
+    fast path declines it (the checked path names it: tests/test_output_buffers_writable.py) and
+    launches it where torch allows the write."""
+    bound, rec, a = _base_bound()
+    if kind == "grad":
+        a["out"] = torch.empty(40, 8, 128, dtype=a["q"].dtype, requires_grad=True)
+        allowed = torch.no_grad
+    else:
+        with torch.inference_mode():
+            a["out"] = torch.empty(40, 8, 128, dtype=a["q"].dtype)
+        allowed = torch.inference_mode
+    assert bound.try_launch(**a) is None and rec.calls == []
+    with allowed():
+        assert bound.try_launch(**a) is a["out"] and len(rec.calls) == 1
+
+
 def test_plan_run_names_an_input_that_requires_grad_before_any_launch():
     from ragged_attn.api import Plan
     from ragged_attn.backends import layout_class_for

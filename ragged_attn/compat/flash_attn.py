@@ -48,13 +48,15 @@ def window_of(window_size, causal: bool) -> tuple[int, int]:
 
 
 def causal_of(causal):
-    """FlashAttention's causal (a bool; 0 / 1 and None taken as such) as `attention`'s. Anything
-    else passes through for `attention` to check and name: its own "bottom_right" / "top_left"
-    keep their meaning (never `bool("top_left")`, which would run bottom-right), other values are
-    a ValueError naming causal."""
+    """FlashAttention's causal (a bool; 0 / 1, numpy's bool_ and None taken as such) as
+    `attention`'s. Anything else passes through for `attention` to check and name: its own
+    "bottom_right" / "top_left" keep their meaning (never `bool("top_left")`, which would run
+    bottom-right), other values are a ValueError naming causal."""
     if causal is None:
         return False
     if isinstance(causal, numbers.Integral) and not isinstance(causal, bool) and causal in (0, 1):
+        return bool(causal)
+    if type(causal).__module__ == "numpy" and type(causal).__name__ in ("bool", "bool_"):  # np.True_ (numpy 2 / 1)
         return bool(causal)
     return causal
 
@@ -189,8 +191,10 @@ def flash_attn_varlen_func(
         qv, gather_kv_indices, score_mod, score_mod_bwd, mask_mod,
             block_sparse_tensors (FA4): must be None (NotImplementedError names the one set).
         min_seqlen_k, num_splits, pack_gqa, scheduler_metadata, seqlen_k_per_split,
-            disable_scheduler_metadata (FA4): scheduling hints, accepted; ragged_attn never splits
-            KV, so results do not depend on them. aux_tensors, aux_scalars (FA4): inputs of the
+            disable_scheduler_metadata (FA4): scheduling hints, accepted and not used: ragged_attn
+            chooses its own split-KV count per launch from the batch (docs/SUPPORT_MATRIX.md,
+            "Split-KV"), so num_splits=1 does not make results batch-invariant here (a split
+            launch rounds each split's output to q's dtype before the merge). aux_tensors, aux_scalars (FA4): inputs of the
             mods, unused without them. gather_bwd_recompute_p, gather_bwd_token_chunk (FA4):
             ValueError when set (they need gather_kv_indices, as FA4 says).
         out (ours, FA3's name): optional (total_q, H_q, D_v) destination, q's dtype on the kernel.

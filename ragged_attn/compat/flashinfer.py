@@ -363,6 +363,7 @@ def cudnn_batch_prefill_with_kv_cache(
                 raise ValueError(f"out: expected shape (rows, {h_q}, {d_v}) (rows, H_q, D_v), got {tuple(out.shape)}")
             chk.same_device("out", out, q.device)
             chk.not_self_overlapping("out", out)
+            chk.writable_in_place("out", out)  # (`attention` writes a scratch out, then rows are copied)
             chk.apart("out", out, (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)))
     if o_separate:
         rows_o = out.shape[0] if out is not None else num_tokens
@@ -381,6 +382,7 @@ def cudnn_batch_prefill_with_kv_cache(
                     f"strides {lse.stride()}"
                 )
             chk.same_device("lse", lse, q.device)
+            chk.writable_in_place("lse", lse)  # (`attention` writes a token-major scratch LSE here)
             inputs = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_tables", block_tables),
                       ("out", out), ("actual_seq_lens_q", actual_seq_lens_q), ("actual_seq_lens_kv", actual_seq_lens_kv),
                       ("batch_offsets_q", batch_offsets_q), ("batch_offsets_k", batch_offsets_k),
@@ -403,7 +405,10 @@ def cudnn_batch_prefill_with_kv_cache(
             _check_targets("batch_offsets_stats", starts_s, lens_q, rows_s, "lse")
     target_out = out
     if target_out is None:
-        target_out = torch.empty(num_tokens, h_q, d_v, dtype=out_dtype, device=q.device)
+        # Rows no sequence covers are never written: zeros on the CPU, as `attention`'s own out (README);
+        # unspecified on the GPU (no memset paid for, as FlashInfer).
+        alloc_out = torch.empty if q.device.type == "cuda" else torch.zeros
+        target_out = alloc_out(num_tokens, h_q, d_v, dtype=out_dtype, device=q.device)
     work_out = torch.empty(num_tokens, h_q, d_v, dtype=out_dtype, device=q.device) if o_separate else target_out
     if return_lse and lse is None:  # packed stats leave rows outside every sequence: -inf there
         alloc = torch.full if stats_packed else lambda shape, _, **kw: torch.empty(shape, **kw)

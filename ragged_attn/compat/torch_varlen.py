@@ -53,7 +53,10 @@ def varlen_attn(
         enable_gqa: required (as in torch 2.12+) when H_q != H_kv. torch 2.10-2.11 have no such
             flag and took equal head counts only (docs/DESIGN.md, peer facts), so their calls
             have nothing to add.
-        num_splits: accepted; ragged_attn never splits KV, so results are batch-invariant anyway.
+        num_splits: accepted and not used: ragged_attn chooses its own split-KV count per launch
+            from the batch (docs/SUPPORT_MATRIX.md, "Split-KV"), so num_splits=1 does not make
+            results batch-invariant here (a split launch rounds each split's output to q's dtype
+            before the merge).
         is_causal: torch 2.10's spelling of window_size=(-1, 0) (its 8th positional parameter;
             return_aux is its 9th). torch 2.11+ has no is_causal: position 8 was keyword-only there.
         backend: ragged_attn's backend choice ("auto", "reference", "cute").
