@@ -46,6 +46,7 @@ def attention(
     lse=None,
     sinks=None,
     softcap=0.0,
+    split_kv=True,
     backend="auto",
 ):
     """Attention forward over a ragged (THD) batch. Argument names follow FlashAttention's varlen API.
@@ -99,6 +100,12 @@ def attention(
             K/V or page pools (a `-softcap` layout class; the cap is run time; tanh there is the
             hardware's tanh.approx.f32, about 2**-11 relative error, so a cap c moves a score by up
             to ~c * 5e-4).
+        split_kv: True (default): a launch may split each tile's key blocks over several CTAs and
+            merge them (split-KV, for rows with few queries over many keys; the count is chosen per
+            launch from the batch: docs/SUPPORT_MATRIX.md, "Split-KV"). False: never split, so a
+            row's output is computed the same way whatever else is in the batch (batch-invariant,
+            what FlashAttention 3's num_splits=1 gives; slower for decode-heavy batches on the GPU).
+            The reference backend never splits.
         out, lse: optional destinations (shapes above). out's dtype is q's on every backend (the
             kernels write the input dtype; the reference computes in float32 and rounds to q's
             dtype), so another dtype is a TypeError; lse is float32.
@@ -135,7 +142,7 @@ def attention(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
             seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout, causal=causal,
             window_size=window_size, softmax_scale=softmax_scale, return_lse=return_lse, lse_layout=lse_layout,
-            lse_base=lse_base, out=out, lse=lse, sinks=sinks, softcap=softcap, backend=backend,
+            lse_base=lse_base, out=out, lse=lse, sinks=sinks, softcap=softcap, split_kv=split_kv, backend=backend,
         )  # fmt: skip
     fast_key = None  # (forward only: the fast path declines inputs that require grad; the check below names them)
     if lse is None and type(backend) is str and backend != "reference" and type(window_size) is tuple:
@@ -144,7 +151,8 @@ def attention(
         try:
             fast_key = (type(causal), causal, window_size, type(window_size[0]), type(window_size[-1]),
                         type(softmax_scale), softmax_scale, type(return_lse), return_lse, lse_layout, lse_base,
-                        kv_layout, backend, type(softcap), softcap, sinks is None, page_table is None)  # fmt: skip
+                        kv_layout, backend, type(softcap), softcap, type(split_kv), split_kv, sinks is None,
+                        page_table is None)  # fmt: skip
             bound = _FAST_PATHS.get(fast_key)
         except (TypeError, IndexError):  # an unhashable option or an empty window: the checked path names it
             bound = fast_key = None
@@ -162,7 +170,7 @@ def attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout,
         causal=causal, window_size=window_size, softmax_scale=softmax_scale, return_lse=return_lse,
-        lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse, sinks=sinks, softcap=softcap,
+        lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse, sinks=sinks, softcap=softcap, split_kv=split_kv,
     )  # fmt: skip
     if _use_reference(problem, backend):
         o, l_ = run_reference(problem, tensors)

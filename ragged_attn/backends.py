@@ -284,7 +284,7 @@ def num_splits_for(layout_class: LayoutClass, problem: Problem) -> int:
     from .kernels.sm90 import launch, split_kv
     from .kernels.sm90.tile_config import tile_config
 
-    if not split_kv.split_allowed(layout_class, problem.lse_layout) or problem.total_k == 0:
+    if not problem.split_kv or not split_kv.split_allowed(layout_class, problem.lse_layout) or problem.total_k == 0:
         return 1
     if problem.device.type != "cuda":  # a stand-in launch (CPU tests): no SM count to fill
         return 1

@@ -108,6 +108,8 @@ def _split_tiles(problem: Problem):
     from .kernels.sm90.split_kv import FILL_FRACTION, MIN_KEY_BLOCKS, lse_sibling, split_allowed
     from .kernels.sm90.tile_config import tile_config
 
+    if not problem.split_kv:  # the caller asked for unsplit launches (batch invariance)
+        return None
     try:
         layout_class = layout_class_for(problem)
     except NotImplementedError:

@@ -91,6 +91,9 @@ class Problem:
     has_sinks: bool = False  # a float32 (H_q,) sink logit per query head (Tensors.sinks)
     softcap: float = 0.0  # scores -> softcap * tanh(scores / softcap) after softmax_scale; 0.0 = off
     sinks_stride: int = 1  # sinks' element stride (1 without sinks or with one head; the kernel needs 1)
+    # split_kv=False: every launch runs unsplit (num_splits 1), so a row's output does not depend on
+    # the rest of the batch (split-KV's count does; backends.num_splits_for, fast_launch._split_tiles).
+    split_kv: bool = True
 
     @property
     def gqa_ratio(self) -> int:
@@ -278,6 +281,7 @@ def build_problem(
     lse=None,
     sinks=None,
     softcap=0.0,
+    split_kv=True,
     for_class_only=False,
 ) -> tuple[Problem, Tensors]:
     """Check every argument of `ragged_attn.attention` and describe the call.
@@ -373,6 +377,9 @@ def build_problem(
                   ("seqused_q", seqused_q), ("seqused_k", seqused_k), ("page_table", page_table), ("sinks", sinks))  # fmt: skip
         chk.apart("out", out, inputs)
 
+    if not isinstance(split_kv, bool):
+        raise TypeError(f"split_kv: expected a bool, got {type(split_kv).__name__}")
+
     # Log-sum-exp.
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
@@ -433,6 +440,7 @@ def build_problem(
         has_sinks=sinks is not None,
         softcap=softcap,
         sinks_stride=sinks.stride(0) if sinks is not None and h_q > 1 else 1,
+        split_kv=split_kv,
     )
     if lse is not None:
         check_lse_buffer(problem, lse)

@@ -233,6 +233,7 @@ def attention_reference(
     lse=None,
     sinks=None,
     softcap=0.0,
+    split_kv=True,
 ):
     """`ragged_attn.attention` computed by PyTorch in float32, on any device (CPU included).
 
@@ -241,13 +242,15 @@ def attention_reference(
     reads cu_seqlens / seqused / page_table back to the host (one sync per call) and checks their
     values (ValueError for offsets out of order or out of range, lengths above max_seqlen_*,
     page ids outside the pool). Fully masked rows and empty key ranges give O = 0, LSE = -inf
-    (LSE = the head's sink, in the LSE's base, with sinks).
+    (LSE = the head's sink, in the LSE's base, with sinks). split_kv is checked and changes nothing
+    (the reference never splits).
     """
     problem, tensors = build_problem(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout,
         causal=causal, window_size=window_size, softmax_scale=softmax_scale, return_lse=return_lse,
         lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse, sinks=sinks, softcap=softcap,
+        split_kv=split_kv,
     )  # fmt: skip
     o, l_ = run_reference(problem, tensors)
     return (o, l_) if return_lse else o

@@ -10,7 +10,8 @@ want the op in eager mode too (a torch.library dispatch, about 10-20 us of host 
 
 Schema rules (torch.library custom ops take tensors, ints, floats, bools and strings):
 - causal travels as a string ("none", "bottom_right", "top_left"), window_size as two ints;
-  sinks (an optional tensor) and softcap (a float) come last, with their defaults (None, 0.0).
+  sinks (an optional tensor), softcap (a float) and split_kv (a bool) come last, with their
+  defaults (None, 0.0, True).
 - The functional op always returns two tensors; without return_lse the second is an empty float32
   tensor (0,) that `attention` drops.
 - The fake (meta) implementations give the shapes and dtypes `attention` documents: out
@@ -55,7 +56,7 @@ def causal_name(causal) -> str:
 
 def _call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
           kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base, backend,
-          sinks=None, softcap=0.0, out=None, lse=None):  # fmt: skip
+          sinks=None, softcap=0.0, split_kv=True, out=None, lse=None):  # fmt: skip
     from .api import attention
 
     return attention(
@@ -63,7 +64,7 @@ def _call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sequs
         seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout=kv_layout,
         causal=_CAUSAL[causal], window_size=(window_left, window_right), softmax_scale=softmax_scale,
         return_lse=return_lse, lse_layout=lse_layout, lse_base=lse_base, out=out, lse=lse, sinks=sinks,
-        softcap=softcap, backend=backend,
+        softcap=softcap, split_kv=split_kv, backend=backend,
     )  # fmt: skip
 
 
@@ -90,10 +91,11 @@ def _attention(
     backend: str,
     sinks: Optional[torch.Tensor] = None,
     softcap: float = 0.0,
+    split_kv: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     result = _call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
                    kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base,
-                   backend, sinks, softcap)  # fmt: skip
+                   backend, sinks, softcap, split_kv)  # fmt: skip
     if return_lse:
         return result
     return result, q.new_empty((0,), dtype=torch.float32)
@@ -119,7 +121,7 @@ def _fake_lse(q, v, cu_seqlens_q, max_seqlen_q, return_lse, lse_layout) -> torch
 @_attention.register_fake
 def _attention_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
                     kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base,
-                    backend, sinks=None, softcap=0.0):  # fmt: skip
+                    backend, sinks=None, softcap=0.0, split_kv=True):  # fmt: skip
     out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
     return out, _fake_lse(q, v, cu_seqlens_q, max_seqlen_q, return_lse, lse_layout)
 
@@ -149,10 +151,11 @@ def _attention_into(
     lse: Optional[torch.Tensor],
     sinks: Optional[torch.Tensor] = None,
     softcap: float = 0.0,
+    split_kv: bool = True,
 ) -> None:
     _call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, page_table,
           kv_layout, causal, window_left, window_right, softmax_scale, return_lse, lse_layout, lse_base, backend,
-          sinks, softcap, out=out, lse=lse)  # fmt: skip
+          sinks, softcap, split_kv, out=out, lse=lse)  # fmt: skip
 
 
 @_attention_into.register_fake
@@ -197,6 +200,7 @@ def attention_op(
     lse=None,
     sinks=None,
     softcap=0.0,
+    split_kv=True,
     backend="auto",
 ):
     """`ragged_attn.attention` through the torch.library ops (what a compiled graph calls).
@@ -216,6 +220,8 @@ def attention_op(
         strings={"kv_layout": kv_layout, "lse_layout": lse_layout, "lse_base": lse_base, "backend": backend},
     )  # fmt: skip
     softcap = check_softcap(softcap)  # the schema's float would take a bool or round a huge int
+    if not isinstance(split_kv, bool):  # the schema's bool would take an int
+        raise TypeError(f"split_kv: expected a bool, got {type(split_kv).__name__}")
     if not torch.compiler.is_compiling():
         # The schema converts what `attention` refuses (a bool window bound, a tensor or bool
         # max_seqlen, an int return_lse, a tensor scale) or raises a RuntimeError about the op's
@@ -238,7 +244,7 @@ def attention_op(
             out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
         if return_lse and lse is None:  # every row gets written (-inf past a padded sequence's length)
             lse = _fake_lse(q, v, cu_seqlens_q, max_seqlen_q, True, lse_layout)
-        torch.ops.ragged_attn.attention_into(*args, out, lse, sinks, softcap)
+        torch.ops.ragged_attn.attention_into(*args, out, lse, sinks, softcap, split_kv)
         return (out, lse) if return_lse else out
-    o, l_ = torch.ops.ragged_attn.attention(*args, sinks, softcap)
+    o, l_ = torch.ops.ragged_attn.attention(*args, sinks, softcap, split_kv)
     return (o, l_) if return_lse else o

@@ -864,3 +864,87 @@ def test_fast_path_passes_a_one_head_sinks_tensor_as_the_checked_path_does(monke
     i = len(COMPILED_ARGS)
     for args in (checked[0], fast[0]):
         assert args[i].stride() == (1,) and args[i].data_ptr() == sinks.data_ptr()
+
+
+# ----------------------------------------------------------------------------- split_kv=False (batch invariance)
+def _decode_problem(split_kv: bool, **options):
+    from ragged_attn.problem import build_problem
+
+    g = torch.Generator().manual_seed(21)
+    hq, hkv, d = 8, 2, 128
+    q = torch.randn(2, hq, d, generator=g).to(torch.bfloat16)
+    k = torch.randn(2200, hkv, d, generator=g).to(torch.bfloat16)
+    v = torch.randn(2200, hkv, d, generator=g).to(torch.bfloat16)
+    cu_q = torch.tensor([0, 1, 2], dtype=torch.int32)
+    cu_k = torch.tensor([0, 700, 2200], dtype=torch.int32)
+    opts = dict(causal=True, return_lse=True, lse_layout="token_major", split_kv=split_kv, **options)
+    problem, _ = build_problem(q, k, v, cu_q, cu_k, 1, 1500, **opts)
+    return problem, (q, k, v, cu_q, cu_k), opts
+
+
+def test_split_kv_off_makes_the_checked_launch_unsplit(monkeypatch):
+    """backends.num_splits_for: the decode batch splits on 132 SMs by default and not with
+    split_kv=False (the problem's other fields equal)."""
+    import dataclasses
+
+    from ragged_attn import backends
+
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    counts = {}
+    for split_kv in (True, False):
+        problem, _, _ = _decode_problem(split_kv)
+        problem = dataclasses.replace(problem, device=torch.device("cuda", 0))  # num_splits_for's GPU branch
+        counts[split_kv] = backends.num_splits_for(backends.layout_class_for(problem), problem)
+    assert counts[True] > 1 and counts[False] == 1
+
+
+def test_split_kv_off_makes_the_fast_path_unsplit(monkeypatch):
+    """The bound fast path of a split_kv=False problem never splits (no split state at all), where
+    the same call with the default splits (test_fast_path_splits_decode_rows_and_merges)."""
+    from ragged_attn.fast_launch import BoundKernel
+    from ragged_attn.reference import attention_reference
+
+    results = {}
+    for split_kv in (True, False):
+        problem, (q, k, v, cu_q, cu_k), opts = _decode_problem(split_kv)
+        model = SplitKernelModel(causal=True)
+        bound = BoundKernel(model, problem)
+        monkeypatch.setattr(bound, "_num_ctas", 132)
+        results[split_kv] = bound.try_launch(q, k, v, cu_q, cu_k, 1, None, None, None, None, None, 1500)
+        assert (model.splits_seen[-1] > 1) is split_kv
+        assert (bound._split is None) is not split_kv
+    want_o, _ = attention_reference(q, k, v, cu_q, cu_k, **opts)
+    err = (results[False][0].float() - want_o.float()).abs()
+    assert (err <= 2e-2 + 2e-2 * want_o.float().abs()).all()
+
+
+def test_split_kv_is_a_checked_bool_on_every_entry():
+    import ragged_attn
+    from ragged_attn.torch_op import attention_op
+
+    _, (q, k, v, cu_q, cu_k), _ = _decode_problem(True)
+    want = ragged_attn.attention(q, k, v, cu_q, cu_k, 1, 1500, causal=True)
+    for call in (ragged_attn.attention, attention_op):
+        assert torch.equal(call(q, k, v, cu_q, cu_k, 1, 1500, causal=True, split_kv=False), want)
+        with pytest.raises(TypeError, match="^split_kv: expected a bool, got int"):
+            call(q, k, v, cu_q, cu_k, 1, 1500, causal=True, split_kv=1)
+    plan = ragged_attn.plan(q, k, v, cu_q, cu_k, 1, 1500, causal=True, split_kv=False)
+    assert torch.equal(plan.run(q, k, v, cu_q, cu_k, 1, 1500), want)
+
+
+@pytest.mark.parametrize("num_splits,split_kv", [(None, True), (1, False), (0, True), (4, True), (True, True)])
+def test_torch_varlen_num_splits_one_runs_unsplit(num_splits, split_kv, monkeypatch):
+    """torch's varlen_attn(num_splits=1) (FlashAttention 3's "no split") -> attention(split_kv=False);
+    None and other counts leave the choice to the library (a bool is not a count)."""
+    from ragged_attn.compat import torch_varlen
+
+    seen = {}
+
+    def fake_attention(*args, **kwargs):
+        seen.update(kwargs)
+        return args[0]
+
+    monkeypatch.setattr(torch_varlen, "attention", fake_attention)
+    _, (q, k, v, cu_q, cu_k), _ = _decode_problem(True)
+    torch_varlen.varlen_attn(q, k, v, cu_q, cu_k, 1, 1500, enable_gqa=True, num_splits=num_splits)
+    assert seen["split_kv"] is split_kv

@@ -47,8 +47,8 @@ def _fresh_dynamo():
 @pytest.mark.parametrize(
     "options",
     [dict(causal=True), dict(causal="top_left", window_size=(3, 0)), dict(lse_layout="padded", lse_base="log2"),
-     dict(lse_layout="token_major", softmax_scale=0.3)],
-    ids=["causal", "top-left-window", "padded-lse", "token-major"],
+     dict(lse_layout="token_major", softmax_scale=0.3), dict(causal=True, split_kv=False)],
+    ids=["causal", "top-left-window", "padded-lse", "token-major", "unsplit"],
 )  # fmt: skip
 def test_fullgraph_compile_matches_eager_with_no_graph_break(options):
     torch.manual_seed(0)

@@ -193,8 +193,8 @@ def flash_attn_varlen_func(
         min_seqlen_k, num_splits, pack_gqa, scheduler_metadata, seqlen_k_per_split,
             disable_scheduler_metadata (FA4): scheduling hints, accepted and not used: ragged_attn
             chooses its own split-KV count per launch from the batch (docs/SUPPORT_MATRIX.md,
-            "Split-KV"), so num_splits=1 does not make results batch-invariant here (a split
-            launch rounds each split's output to q's dtype before the merge). aux_tensors, aux_scalars (FA4): inputs of the
+            "Split-KV"), so num_splits=1 (FA4's default) does not make results batch-invariant
+            here; `ragged_attn.attention(split_kv=False)` does. aux_tensors, aux_scalars (FA4): inputs of the
             mods, unused without them. gather_bwd_recompute_p, gather_bwd_token_chunk (FA4):
             ValueError when set (they need gather_kv_indices, as FA4 says).
         out (ours, FA3's name): optional (total_q, H_q, D_v) destination, q's dtype on the kernel.

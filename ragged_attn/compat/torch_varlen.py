@@ -53,10 +53,10 @@ def varlen_attn(
         enable_gqa: required (as in torch 2.12+) when H_q != H_kv. torch 2.10-2.11 have no such
             flag and took equal head counts only (docs/DESIGN.md, peer facts), so their calls
             have nothing to add.
-        num_splits: accepted and not used: ragged_attn chooses its own split-KV count per launch
-            from the batch (docs/SUPPORT_MATRIX.md, "Split-KV"), so num_splits=1 does not make
-            results batch-invariant here (a split launch rounds each split's output to q's dtype
-            before the merge).
+        num_splits: 1 (FlashAttention 3's "no split", what batch-invariant serving passes) runs
+            every launch unsplit: `attention(split_kv=False)`. None (torch's default) and other
+            counts leave the split-KV count to ragged_attn (chosen per launch from the batch:
+            docs/SUPPORT_MATRIX.md, "Split-KV"); a count is not forced.
         is_causal: torch 2.10's spelling of window_size=(-1, 0) (its 8th positional parameter;
             return_aux is its 9th). torch 2.11+ has no is_causal: position 8 was keyword-only there.
         backend: ragged_attn's backend choice ("auto", "reference", "cute").
@@ -95,5 +95,11 @@ def varlen_attn(
         return attention(
             query, key, value, cu_seq_q, cu_seq_k, max_q, max_k,
             seqused_k=seqused_k, page_table=block_table, kv_layout="NHD", causal=causal, window_size=window,
-            softmax_scale=scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln", backend=backend,
+            softmax_scale=scale, return_lse=want_lse, lse_layout="head_major", lse_base="ln",
+            split_kv=not _no_split(num_splits), backend=backend,
         )  # fmt: skip
+
+
+def _no_split(num_splits) -> bool:
+    """torch's num_splits=1 (an int, not a bool): run unsplit."""
+    return isinstance(num_splits, int) and not isinstance(num_splits, bool) and num_splits == 1

@@ -373,3 +373,47 @@ def test_vllm_mixed_batch_library_choice():
         plan = ragged_attn.plan(*args, **kwargs)
         extra = {k: kwargs[k] for k in ("seqused_k", "page_table")}
         close(plan.run(*args[:7], **extra)[rows], want[rows], f"{case.id} plan.run")
+
+
+@pytest.mark.parametrize("return_lse", [True, False], ids=["lse", "nolse"])
+def test_split_kv_off_is_batch_invariant(return_lse):
+    """attention(split_kv=False): a decode row over 7,000 keys served alone (a launch the library
+    would split: num_splits_for > 1 with the default) and the same row after a 4,096-token prefill
+    chunk (a batch that runs unsplit anyway) give bitwise the same out and LSE, on the checked
+    path (first call) and the fast path (second); with the default the alone call does split and
+    still matches the reference."""
+    import ragged_attn
+    from ragged_attn import backends
+    from ragged_attn.problem import build_problem
+
+    g = torch.Generator(device="cpu").manual_seed(11)
+    hq, hkv, d, n_k, n_p = 32, 8, 128, 7000, 4096
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g).to(torch.bfloat16).cuda()
+
+    q_row, k_row, v_row = randn(1, hq, d), randn(n_k, hkv, d), randn(n_k, hkv, d)
+    q_p, k_p, v_p = randn(n_p, hq, d), randn(n_p, hkv, d), randn(n_p, hkv, d)
+
+    def i32(*xs):
+        return torch.tensor(xs, dtype=torch.int32, device="cuda")
+
+    alone = (q_row, k_row, v_row, i32(0, 1), i32(0, n_k), 1, n_k)
+    batch = (torch.cat([q_p, q_row]), torch.cat([k_p, k_row]), torch.cat([v_p, v_row]), i32(0, n_p, n_p + 1),
+             i32(0, n_p, n_p + n_k), n_p, n_k)  # fmt: skip
+    opts = dict(causal=True, return_lse=return_lse, lse_layout="token_major")
+    problem, _ = build_problem(*alone, **opts)
+    assert backends.num_splits_for(backends.layout_class_for(problem), problem) > 1, "the default would not split"
+    for _ in range(2):  # the checked launch, then the fast path
+        got_alone = ragged_attn.attention(*alone, split_kv=False, **opts)
+        got_batch = ragged_attn.attention(*batch, split_kv=False, **opts)
+        if return_lse:
+            assert torch.equal(got_alone[0][0], got_batch[0][n_p]), "out differs with the batch"
+            assert torch.equal(got_alone[1][0], got_batch[1][n_p]), "lse differs with the batch"
+        else:
+            assert torch.equal(got_alone[0], got_batch[n_p]), "out differs with the batch"
+    want = ragged_attn.attention(*alone, backend="reference", **opts)
+    split = ragged_attn.attention(*alone, **opts)
+    want_o, split_o = (want[0], split[0]) if return_lse else (want, split)
+    err = (split_o.float() - want_o.float()).abs()
+    assert (err <= 2e-2 + 2e-2 * want_o.float().abs()).all()
