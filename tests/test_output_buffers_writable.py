@@ -129,3 +129,12 @@ def test_flashinfer_refuses_a_separate_out_it_cannot_write_in_place():
 def test_flash_attn_takes_numpy_bool_causal(flag):
     args = _args(2106)
     assert torch.equal(fa2_varlen(*args, causal=flag), fa2_varlen(*args, causal=bool(flag)))
+
+
+def test_flashinfer_names_decreasing_token_offsets():
+    """Lengths taken from a token-unit indptr that decreases: the indptr is named, as offsets that
+    decrease (not as a negative length the caller never passed)."""
+    q, k, v, cu_q, cu_k, mq, mk = _flashinfer_case(2107)
+    bad = torch.tensor([1, 6, 4], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^batch_offsets_q: expected non-decreasing offsets .* got 6 then 4 at sequence 1"):
+        _flashinfer(q, k, v, bad, cu_k, mq, mk, return_lse=False)

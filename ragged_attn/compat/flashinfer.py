@@ -76,7 +76,14 @@ def _seq_lens(name: str, given, offsets_name: str, offsets, units: str, batch: i
     flat = _indptr(offsets_name, offsets, device)
     if batch is not None and flat.shape[0] != batch + 1:
         raise ValueError(f"{offsets_name}: expected B + 1 = {batch + 1} offsets, got shape {tuple(offsets.shape)}")
-    return flat[1:] - flat[:-1]
+    lengths = flat[1:] - flat[:-1]
+    if flat.device.type == "cpu" and lengths.numel() and bool((lengths < 0).any()):  # no device read on the GPU
+        i = int((lengths < 0).nonzero()[0, 0])
+        raise ValueError(
+            f"{offsets_name}: expected non-decreasing offsets (without {name}, the lengths are its differences), "
+            f"got {int(flat[i])} then {int(flat[i + 1])} at sequence {i}"
+        )
+    return lengths
 
 
 def _starts(
