@@ -105,7 +105,7 @@ def _flashinfer(q, k, v, cu_q, cu_k, mq, mk, **kw):
 def test_flashinfer_allocated_out_holds_zeros_in_uncovered_rows_on_the_cpu():
     q, k, v, cu_q, cu_k, mq, mk = _flashinfer_case(2104)
     for _ in range(3):  # fresh allocations may reuse freed memory: each must come back zeroed
-        junk = torch.full((q.shape[0] * H_Q * D * 4,), 7.0)  # noqa: F841  (dirty the allocator's memory)
+        junk = torch.full((q.shape[0] * H_Q * D * 4,), 7.0)  # dirty the allocator's memory
         del junk
         out, _ = _flashinfer(q, k, v, cu_q, cu_k, mq, mk, return_lse=False)
         assert torch.equal(out[0], torch.zeros_like(out[0])) and torch.equal(out[13:], torch.zeros_like(out[13:]))
@@ -134,7 +134,7 @@ def test_flash_attn_takes_numpy_bool_causal(flag):
 def test_flashinfer_names_decreasing_token_offsets():
     """Lengths taken from a token-unit indptr that decreases: the indptr is named, as offsets that
     decrease (not as a negative length the caller never passed)."""
-    q, k, v, cu_q, cu_k, mq, mk = _flashinfer_case(2107)
+    q, k, v, _, cu_k, mq, mk = _flashinfer_case(2107)
     bad = torch.tensor([1, 6, 4], dtype=torch.int32)
     with pytest.raises(ValueError, match=r"^batch_offsets_q: expected non-decreasing offsets .* got 6 then 4 at sequence 1"):
         _flashinfer(q, k, v, bad, cu_k, mq, mk, return_lse=False)
