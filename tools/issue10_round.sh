@@ -18,7 +18,7 @@
 #   10    []                                          bash tools/issue10_round.sh sanitize   (after 4, same machine)
 #   11    [".devcache/pv"]                            bash tools/issue10_round.sh switch   (session 19: the paged kernel's cost after another kernel)
 #   12    [".devcache/d192"]                          bash tools/issue10_round.sh d192   (session 19: DeepSeek's rows on H100, variants)
-#   13    [".devcache/b", ".devcache/pv"]             source .devcache/b/bootstrap.sh >/dev/null 2>&1; PAGED_BENCH_CUDNN=0 ROUNDS=5 BENCH_S=90 TESTS_S=120 bash tools/issue10_round.sh variant wr paged_warp_release=True
+#   13    [".devcache/b", ".devcache/pv"]             source .devcache/b/bootstrap.sh >/dev/null 2>&1; PAGED_BENCH_CUDNN=0 ROUNDS=5 BENCH_S=80 TESTS_S=120 SPLIT_S=90 bash tools/issue10_round.sh variant wr paged_warp_release=True
 #         (.devcache/pv holding only main's d128 / d64 objects and wr's: 1.6 MiB, built by the last line below, ~50 s)
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
@@ -173,6 +173,10 @@ variant)
   RAGGED_ATTN_TEST_TILE_CONFIG=$fields timeout ${TESTS_S:-150} python3 -m pytest tests/gpu/test_paged_gpu.py \
     -q -n 8 -p no:cacheprovider -x -k "(cTrue and d128) or d64 or decode_rows or cuda_graph" > $OUT/tests_$name.log 2>&1
   echo "tests rc $?"; tail -3 $OUT/tests_$name.log
+  # session 21's split_kv=False GPU check (batch invariance; the public API compiles the d128 causal classes here)
+  timeout ${SPLIT_S:-120} python3 -m pytest tests/gpu/test_split_kv_gpu.py \
+    -q -p no:cacheprovider -rfEs -k batch_invariant > $OUT/tests_split_kv_off.log 2>&1
+  echo "split_kv=False tests rc $?"; tail -3 $OUT/tests_split_kv_off.log
   ;;
 d192)
   RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/d192 RAGGED_ATTN_VARIANTS=n64s4,n80s3,pp,n112 BENCH_REPS=${BENCH_REPS:-15} \
