@@ -481,3 +481,22 @@ def test_torch_compile_fullgraph_traces_the_merge_into_buffers():
     want_v, want_s = ragged_attn.merge_states(v, s)
     torch.testing.assert_close(o, want_v)
     torch.testing.assert_close(so, want_s)
+
+
+def test_torch_compile_dynamic_shapes_merge_into_buffers_of_new_token_counts():
+    """dynamic=True (and a second token count, which recompiles dynamically without it): the
+    self-overlap check of out / s_out sorted symbolic strides and failed to trace (session 21's
+    adversarial pass); it is an eager-only check now, as the span tests already were."""
+
+    def f(a, sa, b, sb, o, so):
+        return ragged_attn.merge_state(a, sa, b, sb, out=o, s_out=so)
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=True)
+    for t in (6, 9):
+        a, b, sa, sb = torch.randn(t, 2, 8), torch.randn(t, 2, 8), torch.randn(t, 2), torch.randn(t, 2)
+        o, so = torch.full((t, 2, 8), float("nan")), torch.full((t, 2), float("nan"))
+        with torch.no_grad():
+            compiled(a, sa, b, sb, o, so)
+        want_v, want_s = ragged_attn.merge_state(a, sa, b, sb)
+        torch.testing.assert_close(o, want_v)
+        torch.testing.assert_close(so, want_s)
