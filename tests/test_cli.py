@@ -76,3 +76,41 @@ def test_aot_list_into_head_prints_the_first_classes_without_a_traceback():
     lines = done.stdout.splitlines()
     assert len(lines) == 2 and all(line.startswith("sm_90a-") for line in lines), done.stdout
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+
+
+def _bench_error(argv, capsys, tmp_path) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(["bench", *argv])
+    assert info.value.code == 2, "a bad bench argument must exit 2 (argparse's usage error), not 0 or 1"
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return captured.err
+
+
+@pytest.mark.parametrize(
+    "device,words",
+    [("nope", "expected a torch device"), ("meta", "expected cuda or cpu")]
+    + ([] if __import__("torch").cuda.is_available() else [("cuda", "sees no CUDA GPU")]),
+)  # fmt: skip
+def test_bench_names_a_bad_device(device, words, capsys, tmp_path):
+    """Session 21's adversarial pass: these were tracebacks (torch.device's RuntimeError, CUDA's
+    AssertionError) with status 1, before any suite ran."""
+    err = _bench_error(["--device", device, "--out", str(tmp_path)], capsys, tmp_path)
+    assert "--device" in err and words in err and repr(device) in err
+
+
+def test_bench_merge_names_unreadable_inputs(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    (tmp_path / "empty").mkdir()
+    for inputs, words in (([str(tmp_path / "missing")], "No such file"), ([str(bad)], "bad.json: not a suite JSON"),
+                          ([str(tmp_path / "empty")], "no suite results")):  # fmt: skip
+        err = _bench_error(["merge", *inputs, "--out", str(tmp_path / "out")], capsys, tmp_path)
+        assert "python -m ragged_attn bench merge: error: inputs:" in err and words in err
+
+
+def test_bench_help_lists_merge(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--help"])
+    assert info.value.code == 0
+    assert "python -m ragged_attn bench merge PATH" in capsys.readouterr().out

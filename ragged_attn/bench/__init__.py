@@ -46,7 +46,11 @@ def default_out(device) -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ragged_attn bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m ragged_attn bench", description=__doc__.splitlines()[0],
+        epilog="python -m ragged_attn bench merge PATH... --out DIR [--no-plots]: one report from suite JSON "
+               "files or folders of them (e.g. what several device calls returned).",
+    )  # fmt: skip
     p.add_argument("--suite", nargs="+", action="extend", choices=list(SUITES), metavar="NAME",
                    help=f"suites to run (default: dense-long serving on a GPU, smoke on a CPU, where the "
                         f"reference backend would take many minutes per suite); known: {', '.join(SUITES)}")
@@ -71,7 +75,10 @@ def _merge(argv: list[str]) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--no-plots", action="store_true")
     a = p.parse_args(argv)
-    results = load(a.inputs)
+    try:
+        results = load(a.inputs)
+    except (OSError, ValueError) as e:  # a missing path, a file that is not JSON, a folder without suites
+        p.error(f"inputs: {e}")
     print(f"# report folder: {a.out.resolve()}", flush=True)
     for f in write_report(results, a.out, plots=not a.no_plots):
         print(f"wrote {f.resolve()}")
@@ -92,7 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     from .report import device_label, load, write_report, write_suite_json
     from .runner import environment, run_suite
 
-    device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as e:
+        _parser().error(f"--device: expected a torch device such as cuda, cuda:1 or cpu, got {a.device!r} ({e})")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        _parser().error(f"--device: {a.device!r} asked for, but torch sees no CUDA GPU here (use --device cpu)")
+    if device.type not in ("cuda", "cpu"):
+        _parser().error(f"--device: expected cuda or cpu (the suites' two backends), got {a.device!r}")
     try:
         systems = make_systems(a.peers or DEFAULT_PEERS, a.ours_backend)
     except ValueError as e:

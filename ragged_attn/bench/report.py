@@ -32,7 +32,10 @@ def load(paths: list[str]) -> list[dict]:
         files += sorted(p.glob("*.json")) if p.is_dir() else [p]
     by_suite = {}
     for f in files:
-        data = json.loads(f.read_text())
+        try:
+            data = json.loads(f.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{f}: not a suite JSON ({e})") from None
         if "suite" in data and "workloads" in data:
             old = by_suite.get(data["suite"])
             if old is None or not data.get("partial") or old.get("partial"):  # a partial never replaces a whole run
