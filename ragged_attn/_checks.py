@@ -22,6 +22,13 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def type_name(x) -> str:
+    """x's type for a message, qualified outside builtins: numpy's bool is "numpy.bool", not the
+    "bool" that would contradict "expected a bool"."""
+    t = type(x)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
 def tensor(name: str, x, *, rank: int | tuple[int, ...]) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")

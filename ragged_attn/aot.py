@@ -121,6 +121,17 @@ def all_classes(arch: str = "sm_90a") -> list[LayoutClass]:
     return plain_classes(arch) + score_classes(arch)
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of --jobs: an int >= 1 (0 and negatives were taken as 1 silently)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {value}")
+    return value
+
+
 def parse_class_name(name: str) -> LayoutClass:
     """The LayoutClass of a `LayoutClass.name` such as `sm_90a-d128x128-bf16-bf16-causal-lse-ragged`.
     Raises ValueError naming the part that does not parse."""
@@ -132,7 +143,8 @@ def parse_class_name(name: str) -> LayoutClass:
             parts.pop()
     if len(parts) != 7:
         raise ValueError(
-            f"layout class name {name!r}: expected 7 '-'-separated parts (e.g. {serving_classes()[0].name})"
+            f"layout class name {name!r}: expected 7 '-'-separated parts, then optionally '-softcap' and "
+            f"'-sinks' in that order (e.g. {serving_classes()[0].name}, {serving_classes()[0].name}-softcap-sinks)"
         )
     arch, dims, dtype, out_dtype, mask, lse, kv = parts
     if not (dims.startswith("d") and "x" in dims):
@@ -625,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     b.add_argument("--arch", default="sm_90a", choices=ARCHES)
     b.add_argument(
-        "--jobs", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)), help="parallel compiles"
+        "--jobs", type=_positive_int, default=max(1, min(8, (os.cpu_count() or 2) // 2)), help="parallel compiles"
     )
     b.add_argument(
         "--cudart",

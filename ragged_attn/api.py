@@ -447,7 +447,8 @@ def warmup(problems_or_classes: Iterable, *, arch: str | None = None, progress: 
     Args:
         problems_or_classes: LayoutClass objects, or dicts of `layout_class_of` keyword arguments
             (meta tensors are fine). Duplicates compile once.
-        arch: the target arch for dicts ("sm_90a" by default; compiling needs no GPU).
+        arch: the target arch for dicts ("sm_90a" by default; compiling needs no GPU); a dict may
+            give its own `arch` instead (ValueError where the two differ).
         progress: show a tqdm bar.
     Returns:
         The distinct classes, in first-seen order.
@@ -465,7 +466,12 @@ def warmup(problems_or_classes: Iterable, *, arch: str | None = None, progress: 
     classes: list[LayoutClass] = []
     for item in problems_or_classes:
         if isinstance(item, dict):
-            item = layout_class_of(**item, arch=arch or "sm_90a")
+            if "arch" in item and arch is not None and item["arch"] != arch:
+                raise ValueError(
+                    f"problems_or_classes: an item's arch {item['arch']!r} differs from warmup's arch={arch!r}; "
+                    "give it in one place"
+                )
+            item = layout_class_of(**{"arch": arch or "sm_90a", **item})
         if not isinstance(item, LayoutClass):
             raise TypeError(f"problems_or_classes: expected LayoutClass or dict items, got {type(item).__name__}")
         if item not in classes:

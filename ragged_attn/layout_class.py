@@ -59,6 +59,9 @@ class LayoutClass:
     def __post_init__(self) -> None:
         if self.arch not in ARCHES:
             raise ValueError(f"LayoutClass.arch: expected one of {ARCHES}, got {self.arch!r}")
+        for name in ("d_qk", "d_v"):  # ints: 32.0 == 32 would pass the membership test below
+            if type(getattr(self, name)) is not int:
+                raise TypeError(f"LayoutClass.{name}: expected an int, got {type(getattr(self, name)).__name__}")
         if (self.d_qk, self.d_v) not in HEAD_DIM_CLASSES:
             raise ValueError(
                 f"LayoutClass head dims: expected one of {HEAD_DIM_CLASSES}, got {(self.d_qk, self.d_v)}"
@@ -66,13 +69,20 @@ class LayoutClass:
         for name in ("dtype", "out_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"LayoutClass.{name}: expected one of {DTYPES}, got {getattr(self, name)!r}")
+        if self.out_dtype != self.dtype:
+            raise ValueError(
+                f"LayoutClass.out_dtype: expected {self.dtype!r}, the input dtype (the output is q's dtype on "
+                f"every backend, so no call needs another class), got {self.out_dtype!r}"
+            )
         if self.mask not in MASK_FAMILIES:
             raise ValueError(f"LayoutClass.mask: expected one of {MASK_FAMILIES}, got {self.mask!r}")
         if self.kv not in KV_KINDS:
             raise ValueError(f"LayoutClass.kv: expected one of {KV_KINDS}, got {self.kv!r}")
         for name in ("lse", "softcap", "sinks"):
             if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"LayoutClass.{name}: expected a bool, got {type(getattr(self, name)).__name__}")
+                kind = type(getattr(self, name))
+                kind = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+                raise TypeError(f"LayoutClass.{name}: expected a bool, got {kind}")
 
     @property
     def name(self) -> str:

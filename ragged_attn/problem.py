@@ -378,11 +378,11 @@ def build_problem(
         chk.apart("out", out, inputs)
 
     if not isinstance(split_kv, bool):
-        raise TypeError(f"split_kv: expected a bool, got {type(split_kv).__name__}")
+        raise TypeError(f"split_kv: expected a bool, got {chk.type_name(split_kv)}")
 
     # Log-sum-exp.
     if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
+        raise TypeError(f"return_lse: expected a bool, got {chk.type_name(return_lse)}")
     chk.choice("lse_layout", lse_layout, LSE_LAYOUTS)
     chk.choice("lse_base", lse_base, LSE_BASES)
     if lse is not None and not return_lse:

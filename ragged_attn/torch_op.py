@@ -111,7 +111,10 @@ def _fake_lse(q, v, cu_seqlens_q, max_seqlen_q, return_lse, lse_layout) -> torch
         shape = (total_q, h_q)
     elif lse_layout == "padded":
         if max_seqlen_q is None:
-            raise ValueError("max_seqlen_q: a padded LSE under torch.compile needs max_seqlen_q (its s_max), got None")
+            raise ValueError(
+                "max_seqlen_q: a padded LSE made by the op (torch.compile, attention_op) needs max_seqlen_q (its "
+                "s_max), got None"
+            )
         shape = (cu_seqlens_q.shape[0] - 1, max_seqlen_q, h_q)
     else:
         raise ValueError(f"lse_layout: expected one of {LSE_LAYOUTS}, got {lse_layout!r}")
@@ -221,7 +224,7 @@ def attention_op(
     )  # fmt: skip
     softcap = check_softcap(softcap)  # the schema's float would take a bool or round a huge int
     if not isinstance(split_kv, bool):  # the schema's bool would take an int
-        raise TypeError(f"split_kv: expected a bool, got {type(split_kv).__name__}")
+        raise TypeError(f"split_kv: expected a bool, got {chk.type_name(split_kv)}")
     if not torch.compiler.is_compiling():
         # The schema converts what `attention` refuses (a bool window bound, a tensor or bool
         # max_seqlen, an int return_lse, a tensor scale) or raises a RuntimeError about the op's
@@ -231,7 +234,7 @@ def attention_op(
         for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
             chk.python_int(name, x, minimum=0, why_not_tensor=_MAX_SEQLEN_IS_TENSOR)
         if not isinstance(return_lse, bool):
-            raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
+            raise TypeError(f"return_lse: expected a bool, got {chk.type_name(return_lse)}")
         _softmax_scale(softmax_scale, 8)  # (the head dim only sizes the default, unused here)
         if out is not None or lse is not None:  # their shapes are read below
             chk.tensor("q", q, rank=3)

@@ -293,7 +293,7 @@ def cudnn_batch_prefill_with_kv_cache(
     q = chk.tensor("q", q, rank=3)
     chk.choice("batch_offsets_units", batch_offsets_units, OFFSET_UNITS)
     if not isinstance(causal, bool):
-        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+        raise TypeError(f"causal: expected a bool, got {chk.type_name(causal)}")
     for name, x in (("q_scale", q_scale), ("k_scale", k_scale), ("v_scale", v_scale)):
         if x is not None:
             raise NotImplementedError(f"{name}: FP8 dequantization scales are not served yet (fp8 inputs are not); pass None")
