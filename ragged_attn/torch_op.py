@@ -222,6 +222,16 @@ def attention_op(
                           "page_table": page_table, "sinks": sinks, "out": out, "lse": lse},
         strings={"kv_layout": kv_layout, "lse_layout": lse_layout, "lse_base": lse_base, "backend": backend},
     )  # fmt: skip
+    # An out / lse that is an input itself: under torch.compile the op's own overlap check cannot
+    # see it (functionalization hands the op a copy, then copies the result over the input), so
+    # the identity is refused here, where dynamo can still tell (it turns the error into its
+    # "Observed exception", which stops the compile). Views of an input are not seen here.
+    inputs = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k))
+    for buf_name, buf in (("out", out), ("lse", lse)):
+        if buf is not None:
+            for name, x in inputs:
+                if buf is x:
+                    raise ValueError(f"{buf_name}: expected memory apart from the inputs, got {name} itself")
     softcap = check_softcap(softcap)  # the schema's float would take a bool or round a huge int
     if not isinstance(split_kv, bool):  # the schema's bool would take an int
         raise TypeError(f"split_kv: expected a bool, got {chk.type_name(split_kv)}")

@@ -177,3 +177,19 @@ def test_compiling_a_backward_names_the_forward_only_op():
     args = _inputs(93, [3, 4], [3, 4])
     with torch.enable_grad(), pytest.raises(Exception, match="ragged_attn"):
         torch.compile(block, fullgraph=True, backend="aot_eager")(*args)
+
+
+def test_compiled_call_with_an_input_as_out_stops_instead_of_overwriting_it():
+    """out=q under torch.compile was written over q (functionalization gave the op a copy, so its
+    overlap check saw none): attention_op refuses the identity where dynamo still sees it."""
+    q, k, v, cu_q, cu_k, mq, mk = _inputs(92, [3, 5], [3, 5])
+    before = q.clone()
+
+    def f(q, k, v, o):
+        return ragged_attn.attention(q, k, v, cu_q, cu_k, mq, mk, out=o)
+
+    with pytest.raises(Exception, match="Observed exception|out: expected memory apart"):
+        torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v, q)
+    assert torch.equal(q, before), "q was overwritten"
+    with pytest.raises(ValueError, match="^out: expected memory apart from the inputs, got q itself"):
+        ragged_attn.attention_op(q, k, v, cu_q, cu_k, mq, mk, out=q)
