@@ -421,3 +421,34 @@ def test_attention_forward_widens_a_bf16_s_aux():
                                  v[0].transpose(0, 1).contiguous(), cu, cu, 6, 6, causal=True, sinks=sinks.float(),
                                  softcap=3.0)  # fmt: skip
     assert out.dtype == torch.bfloat16 and torch.equal(out[0], want)
+
+
+def test_decoder_static_cache_without_a_mask_matches_sdpa(decoder, monkeypatch):
+    """A StaticCache and no attention_mask: the cache's unwritten slots are not keys (they were:
+    logits 0.38 off on a tiny Llama; session 21's adversarial pass). Prefill into the cache and
+    greedy decode steps agree with sdpa's, and each call sees only the written slots."""
+    name, (ours, ref) = decoder
+    keys = []  # each ragged_attn.attention call's key rows
+    real = ragged_attn.attention
+    monkeypatch.setattr(ragged_attn, "attention", lambda *a, **kw: keys.append(a[1].shape[0]) or real(*a, **kw))
+    seed = _seed()
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 256, (2, 7), generator=g)
+    outs = {}
+    for label, model in (("ours", ours), ("ref", ref)):
+        cache = transformers.StaticCache(config=model.config, max_cache_len=24)
+        with torch.no_grad():
+            outs[label] = model.generate(input_ids=ids, max_new_tokens=4, do_sample=False, past_key_values=cache,
+                                         output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+    assert torch.equal(outs["ours"].sequences, outs["ref"].sequences), f"{name} seed {seed}"
+    for step, (x, y) in enumerate(zip(outs["ours"].logits, outs["ref"].logits)):
+        err = (x - y).abs().max().item()
+        assert err < 1e-4, f"{name} seed {seed}: step {step} logits differ by {err}"
+    assert keys and max(keys) <= 2 * (7 + 4), f"a call read unwritten cache slots as keys: {max(keys)} rows"
+
+
+def test_padding_mask_marks_the_written_slots_of_a_static_cache():
+    got = rt.padding_mask(batch_size=2, q_length=3, kv_length=16, q_offset=torch.tensor(5), kv_offset=0)
+    assert got.dtype == torch.bool and got.shape == (2, 8) and bool(got.all())
+    assert rt.padding_mask(batch_size=2, q_length=3, kv_length=8, q_offset=5) is None  # a full cache: no mask
+    assert rt.padding_mask(batch_size=2, q_length=3, kv_length=16, q_offset=5, kv_offset=4) is None

@@ -73,8 +73,17 @@ def padding_mask(batch_size=None, q_length=None, kv_length=None, q_offset=0, kv_
     attention_mask: the user's 2D (B, S_k) padding mask (bool after transformers' preprocessing;
     1 = real token) or None. Returns its last kv_length columns (a sliding layer's slice), or None
     when it has no padding token (so an unpadded batch costs no mask). The causal / bidirectional
-    pattern itself (mask_function) is not materialised: attention_forward applies it."""
+    pattern itself (mask_function) is not materialised: attention_forward applies it.
+    Without a mask, a cache longer than what has been written (a StaticCache: kv_length is its
+    size, the slots from q_offset + q_length on hold nothing yet) gets an all-True (B, q_offset +
+    q_length) mask, so attention_forward trims K/V to the written slots (it read the empty ones as
+    keys: session 21's adversarial pass; flash_attention_2's mask function returns None there too).
+    q_offset may be a tensor (a static layer's): read once per mask (one sync)."""
     if attention_mask is None:
+        if kv_length is not None and q_length is not None and not kv_offset:
+            used = _host_int(q_offset) + int(q_length)
+            if used < kv_length:
+                return torch.ones(batch_size, used, dtype=torch.bool, device=kwargs.get("device", "cpu"))
         return None
     attention_mask = attention_mask[:, -kv_length:] if kv_length is not None else attention_mask
     if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
