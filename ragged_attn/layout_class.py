@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ._checks import type_name
+
 ARCHES = ("sm_90a",)
 DTYPES = ("bf16", "fp16")
 MASK_FAMILIES = ("none", "causal", "window")
@@ -80,9 +82,7 @@ class LayoutClass:
             raise ValueError(f"LayoutClass.kv: expected one of {KV_KINDS}, got {self.kv!r}")
         for name in ("lse", "softcap", "sinks"):
             if not isinstance(getattr(self, name), bool):
-                kind = type(getattr(self, name))
-                kind = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-                raise TypeError(f"LayoutClass.{name}: expected a bool, got {kind}")
+                raise TypeError(f"LayoutClass.{name}: expected a bool, got {type_name(getattr(self, name))}")
 
     @property
     def name(self) -> str:
