@@ -20,6 +20,7 @@
 #   12    [".devcache/d192"]                          bash tools/issue10_round.sh d192   (session 19: DeepSeek's rows on H100, variants)
 #   13    [".devcache/b", ".devcache/pv"]             source .devcache/b/bootstrap.sh >/dev/null 2>&1; PAGED_BENCH_CUDNN=0 ROUNDS=5 BENCH_S=80 TESTS_S=120 SPLIT_S=90 bash tools/issue10_round.sh variant wr paged_warp_release=True
 #         (.devcache/pv holding only main's d128 / d64 objects and wr's: 1.6 MiB, built by the last line below, ~50 s)
+#         Session 22 (H100) ran call 13 in 141 s, then calls 5-8 (closing issue10 53 s, serving 69 s, both again 95 s).
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).

@@ -26,7 +26,8 @@ ragged kernel on a tiny batch (5 x 128: 160 tiles, a CTA on every SM; its code, 
 K/V), and after the big GEMM followed by the paged kernel itself (the same loaded module) on 5 x 128
 or on 1 x 128 (32 CTAs: the code in L2, most SMs cold). Code state per SM (instruction caches)
 predicts: slow, slow, fast, slow; data state (the big pools' translations or lines) predicts:
-fast, fast, slow, slow.
+fast, fast, slow, slow. Measured (H100, session 22): slow, slow, fast, fast at d128 and d64 — code
+state shared by the whole GPU (docs/benchmarks/2026-12-07-h100-issue10-session22).
 Pools: page PROBE_PAGE (default 16: 16-key TMA boxes; 128: one 128-key box per stage; 5: the
 cp.async gather, no box), pages shuffled (tools/bench_paged_sm90.py's make_problem and launches).
 """

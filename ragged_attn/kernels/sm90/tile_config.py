@@ -120,8 +120,9 @@ class TileConfig:
     # empty barrier counts warps, as the ragged class's PipelineTmaAsync does), not from all 32
     # lanes (PipelineCpAsync's consumer release: 256 arrives per stage, two stages a block; SASS: an
     # unpredicated SYNCS.ARRIVE in the paged MMA loops, predicated to one lane in the ragged ones).
-    # A measurement variant (session 20, unmeasured: the paged class's steady-state gap, 2.5-5% at
-    # page 128 on 1 x 8192, sits in its per-block work).
+    # A measurement variant, off: H100, session 22, interleaved paged / ragged at page 16 | 64 | 128:
+    # 1 x 8192 0.949 0.956 0.975 against main's 0.936 0.941 0.971, longtail14 0.875 0.929 0.942
+    # against 0.881 0.920 0.947, 64 x 128 0.888 0.987 0.981 against 0.905 0.983 0.977 (GPU tests pass).
     paged_warp_release: bool = False
     # Registers of the producer warpgroup (setmaxnreg) where not 0: the MMA warpgroups get what is
     # left. 0: the class's own split (24; paged 40; paged with TMA boxes 56). A measurement variant.
