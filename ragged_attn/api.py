@@ -492,7 +492,8 @@ def warmup(problems_or_classes: Iterable, *, arch: str | None = None, progress: 
 
 
 def cache_info():
-    """Per-process compile counters: compiles, memory hits, disk hits, compile seconds, classes."""
+    """Per-process compile counters (a `CacheInfo`): compiles, memory hits, disk hits, prebuilt hits
+    (kernels loaded from an AOT package), compile seconds, classes."""
     from . import compile_cache
 
     return compile_cache.cache_info()
