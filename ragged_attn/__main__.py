@@ -38,7 +38,7 @@ def _dispatch(argv: list[str] | None) -> int:
         print(f"python -m ragged_attn: unknown command {argv[0]!r} (choose from info, demo, bench, aot)\n", file=sys.stderr)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print("usage: python -m ragged_attn {info,demo,bench,aot} [options]\n")
-        print("  info   versions, GPU and arch, backends available, cache directory")
+        print("  info   versions, GPU and arch, backends available, cache directory, prebuilt directories")
         print("  demo   embed real sentences with all-MiniLM-L6-v2, attention packed (THD) vs padded")
         print("  bench  ragged_attn beside FA4, FA3, cuDNN and torch on named workloads")
         print("  aot    aot build --out DIR [--classes serving|scores|all|FILE]: prebuilt kernels, no DSL to load them")

@@ -1,4 +1,5 @@
-"""What `python -m ragged_attn info` prints: versions, GPU, backends, cache directory."""
+"""What `python -m ragged_attn info` prints: versions, GPU, backends, cache directory, prebuilt
+(AOT) directories."""
 
 from __future__ import annotations
 
@@ -53,4 +54,24 @@ def collect() -> dict[str, str]:
         facts["cache directory"] = f"unknown ({exc})"
     except ValueError as exc:  # a bad RAGGED_ATTN_DISK_CACHE: info is where one looks for it
         facts["cache directory"] = f"invalid setting: {exc}"
+    facts["prebuilt"] = _prebuilt_summary()
     return facts
+
+
+def _prebuilt_summary() -> str:
+    """Each prebuilt directory in lookup order (RAGGED_ATTN_AOT_DIR's, then the kernels package's)
+    with the classes its manifest offers this installation, or why it offers none."""
+    from .prebuilt import AOT_DIR_ENV, read_manifest, search_dirs
+
+    dirs = search_dirs()
+    if not dirs:
+        return f"none (set {AOT_DIR_ENV}; `python -m ragged_attn aot build --help`)"
+    parts = []
+    for directory in dirs:
+        try:
+            entries, reason = read_manifest(directory)
+        except Exception as exc:  # the installation's own facts (the DSL) unreadable: say so, go on
+            entries, reason = {}, f"{type(exc).__name__}: {exc}"
+        text = f"{directory}: {len(entries)} classes"
+        parts.append(text + (f" ({reason})" if reason else ""))
+    return "; ".join(parts)

@@ -44,6 +44,23 @@ def test_info_without_arguments_prints_its_facts(capsys):
         assert key in out, f"{key!r} missing from {out!r}"
 
 
+def test_info_names_each_prebuilt_directory_and_why_it_serves_nothing(capsys, monkeypatch, tmp_path):
+    """A newcomer checking that their AOT directory is picked up gets an answer from `info`."""
+    monkeypatch.setattr("ragged_attn.prebuilt.search_dirs", lambda: [])
+    assert main(["info"]) == 0
+    assert "prebuilt: none (set RAGGED_ATTN_AOT_DIR" in capsys.readouterr().out
+    monkeypatch.undo()
+    empty, stale = tmp_path / "empty", tmp_path / "stale"
+    empty.mkdir()
+    stale.mkdir()
+    (stale / "manifest.json").write_text('{"format": "something else"}')
+    monkeypatch.setenv("RAGGED_ATTN_AOT_DIR", os.pathsep.join([str(empty), str(stale)]))
+    assert main(["info"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "prebuilt:" in ln)
+    assert f"{empty}: 0 classes (no manifest.json in {empty})" in line
+    assert f"{stale}: 0 classes ({stale / 'manifest.json'}: manifest format 'something else'" in line
+
+
 def _run_into_a_closed_pipe(*argv: str) -> subprocess.CompletedProcess:
     """Run `python -m ragged_attn ARGV` with stdout a pipe nobody reads (what `| head` leaves
     once head has exited): every write gets EPIPE."""
