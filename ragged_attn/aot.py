@@ -11,15 +11,23 @@ system C compiler (`$CC`, else cc, gcc or clang) into `<class.name>.so`:
       (`--cudart shared`), from nvidia-cuda-runtime-cu12 / nvidia-cuda-runtime 13.x or a CUDA
       toolkit (`toolchain()` says where each file is looked for)
     + libtvm_ffi.so (DT_NEEDED; loaded already by `import tvm_ffi`).
-Only `__tvm_ffi_*` symbols are exported (a version script; -Bsymbolic), every symbol must resolve
+Only `__tvm_ffi_*` symbols are exported (a version script, passed with -Xlinker so that an --out
+path with commas links; -Bsymbolic), every symbol must resolve
 at link time (-z defs), so a DSL release calling another runtime helper fails the build, not a
 serving process. Loading the result needs apache-tvm-ffi only; running it, the CUDA driver (a CUDA
 13 one, r580+, for a library linked with the CUDA 13 runtime).
 
-Then `manifest.json` is written last (atomically): format, ragged_attn version, the kernel-source
-digest (`cache_store.kernel_source_digest`, as the compile cache computes it), the DSL and TVM-FFI
-versions, arch, machine, cudart mode and per class its library, function name, size and sha256.
-prebuilt.py reads it at run time and refuses what does not match.
+Then `manifest.json` is written last (atomically, under the file lock `.manifest.json.lock` in the
+directory, so that builds into one directory at once keep each other's classes): format,
+ragged_attn version, the kernel-source digest (`cache_store.kernel_source_digest`, as the compile
+cache computes it), the DSL and TVM-FFI versions, arch, machine, the DSL's compile-affecting
+CUTE_DSL_* settings (`cache_store.dsl_compile_settings`), cudart mode and per class its library,
+function name, size and sha256. prebuilt.py reads it at run time and refuses what does not match.
+
+A build runs only under the DSL release the kernels require (`backends.cute_import_error`, the JIT
+path's own check): the manifest records that release, so a build under another one would be
+served as if it were right. The CLI exits 2 for bad input (--classes, --out, the DSL) and 1 for a
+failed build or file system error, with one line naming the path.
 
 Class sets (`--classes`): `serving` (`serving_classes()`: fp16/bf16 x every head-dim class x
 mask none/causal x LSE on/off x ragged/paged, 96 classes), `scores` (`score_classes()`: issue 14's
@@ -72,7 +80,17 @@ _VERSION_SCRIPT = "{ global: __tvm_ffi_*; local: *; };\n"
 
 
 class AotBuildError(RuntimeError):
-    """A class could not be built (no compiler, a missing library, a failed compile or link)."""
+    """A class could not be built (no compiler, a missing library, a failed compile or link, an
+    output path that cannot be written)."""
+
+
+class DslUnavailable(AotBuildError):
+    """The installed CuTe DSL cannot build these kernels (missing, or not the required release)."""
+
+
+MANIFEST_LOCK_NAME = f".{MANIFEST_NAME}.lock"
+# Reading the kept entries and replacing the manifest takes milliseconds; a holder past this is stuck.
+MANIFEST_LOCK_TIMEOUT_S = 120.0
 
 
 # ---- class sets ----------------------------------------------------------------------------------
@@ -164,7 +182,10 @@ def classes_from_file(path: str | os.PathLike) -> list[LayoutClass]:
     line or item) for a bad file."""
     text = Path(path).read_text()
     if text.lstrip().startswith("["):
-        items = json.loads(text)
+        try:
+            items = json.loads(text)
+        except RecursionError:
+            raise ValueError(f"{path}: JSON nested too deep to parse") from None
         out = []
         for i, item in enumerate(items):
             if isinstance(item, str):
@@ -489,7 +510,9 @@ def link_library(obj: Path, out: Path, tools: dict, cudart: str, work: Path) -> 
             tools["cc"], "-shared", "-o", str(out), str(obj), str(shim_o),
             "-Wl,--whole-archive", tools["dialect_runtime"], "-Wl,--no-whole-archive",
             *cudart_args, f"-L{tvm_dir}", "-ltvm_ffi", "-lpthread", "-ldl", "-lrt",
-            "-Wl,-z,defs", "-Wl,--exclude-libs,ALL", f"-Wl,--version-script={version_script}", "-Wl,-Bsymbolic",
+            "-Wl,-z,defs", "-Wl,--exclude-libs,ALL", "-Wl,-Bsymbolic",
+            # -Xlinker passes the path whole: -Wl, would split it at commas.
+            "-Xlinker", f"--version-script={version_script}",
         ],
         f"linking {out.name}",
     )  # fmt: skip
@@ -564,6 +587,60 @@ def _kept_entries(out_dir: Path, header: dict, building: set[str]) -> list[dict]
     ]  # fmt: skip
 
 
+def dsl_unavailable() -> str | None:
+    """Why the installed CuTe DSL cannot build the kernels (`backends.cute_import_error`: not
+    installed, another release than `REQUIRED_DSL_VERSION`, the kernels fail to import), or None."""
+    from . import backends
+
+    return backends.cute_import_error()
+
+
+def check_out_dir(out: Path, classes: list[LayoutClass]) -> None:
+    """Before any compile: every path the build will replace (`manifest.json`, each `<class>.so`)
+    is missing or a file, and `out` takes a new file. Raises AotBuildError naming the path."""
+    for path in [out / MANIFEST_NAME, *(out / f"{lc.name}.so" for lc in classes)]:
+        if path.is_dir() and not path.is_symlink():
+            raise AotBuildError(f"{path} is a directory, not a file: remove it or choose another --out")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".aot-probe-", dir=out)
+    except OSError as e:
+        raise AotBuildError(
+            f"--out {out} takes no new file ({type(e).__name__}: {e.strerror or e})"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def write_manifest(out: Path, header: dict, built: list[dict]) -> dict:
+    """Under the directory's manifest lock: keep the entries of the manifest there (same header, not
+    rebuilt now, library present), add `built`, replace the manifest atomically. Returns it.
+    Raises AotBuildError when the lock is held past MANIFEST_LOCK_TIMEOUT_S, OSError from the file
+    system; leaves no temp file."""
+    import filelock
+
+    lock = filelock.FileLock(str(out / MANIFEST_LOCK_NAME), timeout=MANIFEST_LOCK_TIMEOUT_S, mode=0o644)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise AotBuildError(
+            f"{out / MANIFEST_LOCK_NAME} still held after {MANIFEST_LOCK_TIMEOUT_S:g} s "
+            "(another aot build writing this directory's manifest?); the manifest is not written"
+        ) from None
+    try:
+        kept = _kept_entries(out, header, {e["name"] for e in built})
+        manifest = {**header, "created_unix": time.time(), "classes": kept + built}
+        tmp = out / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
+        try:
+            tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, out / MANIFEST_NAME)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return manifest
+    finally:
+        lock.release()
+
+
 def build(
     classes: list[LayoutClass],
     out_dir: str | os.PathLike,
@@ -574,13 +651,15 @@ def build(
 ) -> dict:
     """Build `classes` into `out_dir` (created if missing) and write its manifest; returns it.
 
-    Needs the `cute` extra (the DSL compiles; no GPU), the CUDA runtime of the DSL flavor's major
-    (nvidia-cuda-runtime-cu12 for cu12, nvidia-cuda-runtime 13.x or a CUDA 13 toolkit for cu13) and
-    a C compiler.
+    Needs the `cute` extra at the release the kernels require (the DSL compiles; no GPU), the CUDA
+    runtime of the DSL flavor's major (nvidia-cuda-runtime-cu12 for cu12, nvidia-cuda-runtime 13.x
+    or a CUDA 13 toolkit for cu13) and a C compiler.
     `jobs` worker processes compile in parallel (~4-8 s and ~1 GB each per class). Entries of an
-    existing manifest with the same versions and digest are kept; `log(str)` gets one line per
-    class. Raises AotBuildError (toolchain, compile or link), ValueError for classes of several
-    arches; the manifest is not written when any class fails.
+    existing manifest with the same versions, digest and settings are kept; `log(str)` gets one
+    line per class. Raises DslUnavailable (another DSL release, none, or kernels that fail to
+    import), AotBuildError (toolchain, compile, link, a directory where an output file belongs,
+    an `out_dir` that takes no file), OSError (other file system errors), ValueError for classes
+    of several arches; the manifest is not written when any class fails, and no temp file stays.
     """
     if not classes:
         raise ValueError("classes: nothing to build")
@@ -589,9 +668,13 @@ def build(
         raise ValueError(f"classes: one arch per directory, got {sorted(arches)}")
     arch = arches.pop()
     os.environ.setdefault("CUTE_DSL_ARCH", arch)  # the DSL reads it at import (workers inherit it)
-    tools = toolchain(cudart)
+    reason = dsl_unavailable()
+    if reason is not None:
+        raise DslUnavailable(reason)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    check_out_dir(out, classes)
+    tools = toolchain(cudart)
     header = manifest_header(tools, cudart, arch)
     built: list[dict] = []
     job_list = [(lc, str(out), tools, cudart) for lc in classes]
@@ -612,13 +695,7 @@ def build(
                     log(
                         f"{entry['name']}: compiled {entry['compile_seconds']:.1f} s, linked {entry['size'] >> 10} KiB"
                     )
-    kept = _kept_entries(out, header, {e["name"] for e in built})
-    manifest = {**header, "created_unix": time.time(), "classes": kept + built}
-    tmp = out / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out / MANIFEST_NAME)
-    return manifest
+    return write_manifest(out, header, built)
 
 
 # ---- CLI -----------------------------------------------------------------------------------------
@@ -649,7 +726,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         classes = resolve_classes(a.classes, a.arch)
-    except (OSError, ValueError, TypeError) as e:
+    except (OSError, ValueError, TypeError, RecursionError) as e:
         print(f"python -m ragged_attn aot build: --classes {a.classes}: {e}", file=sys.stderr)
         return 2
     if a.list:
@@ -665,6 +742,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    reason = dsl_unavailable()
+    if reason is not None:
+        print(f"python -m ragged_attn aot build: cannot compile the kernels here: {reason}", file=sys.stderr)
+        return 2
     try:
         Path(a.out).mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -673,8 +754,14 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         manifest = build(classes, a.out, jobs=a.jobs, cudart=a.cudart, log=lambda s: print(s, flush=True))
+    except DslUnavailable as e:
+        print(f"python -m ragged_attn aot build: cannot compile the kernels here: {e}", file=sys.stderr)
+        return 2
     except AotBuildError as e:
         print(f"python -m ragged_attn aot build: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # names the path (str(e) carries the file names)
+        print(f"python -m ragged_attn aot build: --out {a.out}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     print(
         f"wrote {len(classes)} classes ({len(manifest['classes'])} in the manifest) to {a.out} in "

@@ -18,6 +18,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import platform
 import shutil
 import stat
 import threading
@@ -41,14 +42,92 @@ KERNELS_ROOT = Path(__file__).resolve().parent / "kernels"
 DSL_LOCK = threading.RLock()
 
 
+# The CuTe DSL settings that change what a compile produces: every setting nvidia-cutlass-dsl 4.8.1
+# declares `affects_compile=True` (cutlass/base_dsl/env_manager.py, CuTeDSLEnvironmentManager), as
+# (suffix of its CUTE_DSL_ variable, type, value when nothing is set). CUTE_DSL_LINEINFO's default
+# is CUTE_DSL_DEBUG's value, as in the DSL. Left out, each for the reason in DSL_SETTINGS_NOT_KEYED.
+# tests/test_compile_cache.py::test_dsl_compile_settings_are_the_installed_dsls checks this table
+# against the installed DSL's declarations and readers.
+DSL_ENV_PREFIX = "CUTE_DSL"
+DSL_COMPILE_SETTINGS = (
+    ("DEBUG", bool, False),
+    ("ENABLE_PYIR", bool, False),
+    ("AUTO_M2S", bool, False),
+    ("TOLERATE_M2M", bool, True),
+    ("LINEINFO", bool, False),
+    ("DRYRUN", bool, False),
+    ("WARNINGS_AS_ERRORS", bool, False),
+    ("COMPILER_OPT", str, ""),
+    ("COMPILER_BACKEND", str, "legacy"),
+    ("ENABLE_ASSERTIONS", bool, False),
+    ("ENABLE_TVM_FFI", bool, False),
+    ("LOC_TRACEBACKS", int, 0),
+    ("USE_EXTENSION_COMPILER", bool, False),
+)
+DSL_SETTINGS_NOT_KEYED = {
+    # kernels/sm90/launch.py passes the class's arch, which the DSL takes over CUTE_DSL_ARCH.
+    "ARCH": "every compile passes the class's arch as --gpu-arch",
+    # `shared_libs`: the runtime libraries the DSL's own JIT links when it runs a compile. An
+    # exported object does not hold them (loading it links the loader's; aot links its own), and
+    # a path in the key would make every manifest foreign on another machine.
+    "LIBS": "the runtime libraries' path, linked at load time, not into an exported object",
+}
+_DSL_TRUE = ("1", "true", "yes", "on")
+_DSL_FALSE = ("0", "false", "no", "off")
+
+
+def _read_dsl_setting(raw: str | None, typ: type, default: object) -> object:
+    """`raw` (a CUTE_DSL_ variable, None when unset) read as the DSL's get_*_env_var read it: an
+    unset or blank bool/int is the default, bools take 1/true/yes/on and 0/false/no/off (any
+    case, whitespace stripped). A value the DSL refuses (it raises at import) is kept as the raw
+    string, so it still makes its own key."""
+    if raw is None:
+        return default
+    if typ is str:
+        return raw
+    text = raw.strip().lower()
+    if text == "":
+        return default
+    if typ is bool:
+        return True if text in _DSL_TRUE else False if text in _DSL_FALSE else raw
+    try:
+        return int(text)
+    except ValueError:
+        return raw
+
+
+def dsl_compile_settings(environ: dict | None = None) -> str:
+    """The DSL's compile-affecting settings (`DSL_COMPILE_SETTINGS`) that differ from their value
+    with no CUTE_DSL_ variable set, read from `environ` (default os.environ) as the DSL reads them,
+    e.g. `CUTE_DSL_DEBUG=True;CUTE_DSL_LINEINFO=True`; "" when none differs. Imports nothing."""
+    environ = os.environ if environ is None else environ
+    values = {}
+    for name, typ, default in DSL_COMPILE_SETTINGS:
+        if name == "LINEINFO":
+            default_now = values["DEBUG"] if isinstance(values["DEBUG"], bool) else default
+        else:
+            default_now = default
+        values[name] = _read_dsl_setting(environ.get(f"{DSL_ENV_PREFIX}_{name}"), typ, default_now)
+    changed = [
+        f"{DSL_ENV_PREFIX}_{name}={values[name]!r}"
+        for name, _, default in DSL_COMPILE_SETTINGS
+        if values[name] != default or type(values[name]) is not type(default)
+    ]
+    return ";".join(changed)
+
+
 @dataclass(frozen=True)
 class BuildEnv:
-    """What, besides the layout class, decides the bytes of a compiled kernel."""
+    """What, besides the layout class, decides the bytes of a compiled kernel: the kernel sources,
+    the DSL and TVM-FFI releases, the DSL's compile-affecting settings (`dsl_compile_settings`)
+    and the host CPU (an object is native code for it)."""
 
     kernel_source_digest: str
     dsl_version: str
     tvm_ffi_version: str
     format_version: int = FORMAT_VERSION
+    machine: str = dataclasses.field(default_factory=platform.machine)
+    dsl_settings: str = ""
 
     def digest(self) -> str:
         """sha256 (hex) of the fields, in a stable JSON form."""
@@ -142,11 +221,14 @@ def dist_version(name: str) -> str:
 
 
 def current_build_env(kernel_root: str | os.PathLike | None = None) -> BuildEnv:
-    """The `BuildEnv` of this installation: kernel source digest + installed DSL and TVM-FFI versions."""
+    """The `BuildEnv` of this installation and process: kernel source digest, installed DSL and
+    TVM-FFI versions, this CPU (platform.machine()) and the DSL settings of the environment."""
     return BuildEnv(
         kernel_source_digest=kernel_source_digest(kernel_root),
         dsl_version=dist_version("nvidia-cutlass-dsl"),
         tvm_ffi_version=dist_version("apache-tvm-ffi"),
+        machine=platform.machine(),
+        dsl_settings=dsl_compile_settings(),
     )
 
 
@@ -344,6 +426,8 @@ _META_FIELDS = {
     "dsl_version": str,
     "tvm_ffi_version": str,
     "arch": str,
+    "machine": str,
+    "dsl_settings": str,
     "function_name": str,
     "object_sha256": str,
     "object_size": int,
@@ -362,6 +446,8 @@ def check_meta(lc: LayoutClass, entry: EntryPaths, env: BuildEnv, meta: Any) -> 
         ("dsl_version", env.dsl_version),
         ("tvm_ffi_version", env.tvm_ffi_version),
         ("kernel_source_digest", env.kernel_source_digest),
+        ("machine", env.machine),
+        ("dsl_settings", env.dsl_settings),
         ("arch", lc.arch),
     ):
         if meta[name] != want:
@@ -439,6 +525,19 @@ def read_entry(
         return None, f"failed to load ({type(e).__name__}: {str(e).strip()[:300]})"
 
 
+def entry_stamp(entry: EntryPaths) -> tuple:
+    """(inode, size, mtime_ns) of the entry's metadata and object files (None for one missing):
+    equal stamps mean no writer replaced either file in between. Never raises."""
+    stamps = []
+    for path in (entry.meta_path, entry.object_path):
+        try:
+            st = os.lstat(path)
+            stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamps.append(None)
+    return tuple(stamps)
+
+
 def remove_stale_temps(entry: EntryPaths) -> None:
     """Remove temp files of this entry left by writers that died. Call with the entry lock held
     (every writer of the entry holds it). Best effort: never raises."""
@@ -486,6 +585,8 @@ def write_entry(lc: LayoutClass, entry: EntryPaths, env: BuildEnv, compiled: Any
         "dsl_version": env.dsl_version,
         "tvm_ffi_version": env.tvm_ffi_version,
         "arch": lc.arch,
+        "machine": env.machine,
+        "dsl_settings": env.dsl_settings,
         "function_name": entry.function_name,
         "object_file": entry.object_path.name,
         "object_sha256": hashlib.sha256(data).hexdigest(),

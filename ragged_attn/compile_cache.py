@@ -6,10 +6,14 @@ TVM-FFI export (`compiled.export_to_c(path, name)`) and load (`cute.runtime.load
 
 Rules (each with the test in tests/test_compile_cache.py that enforces it):
 - The key is the `LayoutClass` plus a `BuildEnv` (digest of every .py under `ragged_attn/kernels/`,
-  the nvidia-cutlass-dsl and apache-tvm-ffi versions, this file's format number); the arch is
-  the class's own `arch` field. Nothing else enters it (test_build_env_*).
+  the nvidia-cutlass-dsl and apache-tvm-ffi versions, this file's format number, the host CPU
+  (platform.machine()) and the DSL's compile-affecting CUTE_DSL_* settings that are not at their
+  defaults, `cache_store.dsl_compile_settings`); the arch is the class's own `arch` field.
+  Nothing else enters it (test_build_env_*, test_dsl_settings_*).
 - A class compiles at most once per process, and at most once per machine while its entry is
-  valid: a second process waits on the entry's file lock, then loads (test_two_processes_*).
+  valid: a valid entry is read without the lock; a missing or bad one is compiled under the
+  entry's file lock, and a second process waits on that lock, then loads (test_two_processes_*,
+  test_a_valid_entry_is_read_without_waiting_for_the_lock).
 - Writes are atomic (temp file in the same directory, fsync, os.replace; metadata last).
 - Loading an entry runs its code, so an entry is loaded only if its directory and files are
   owned by this uid and not writable by group/other, its metadata matches the current build
@@ -23,11 +27,12 @@ Rules (each with the test in tests/test_compile_cache.py that enforces it):
   1777 or a setgid group directory) keeps its mode; entries live in a private subdirectory
   `uid<uid>/` that the cache creates 0700. A private subdirectory that is a symlink, another
   uid's or group/other-writable is refused: warning, memory only.
-- An entry lock that cannot be taken (read-only mount, a directory without write permission,
-  a lock file of mode 0400, a directory or symlink in its place: the last two are removed and
-  the lock retried once; held past LOCK_TIMEOUT_S) warns and falls back to reading the entry
-  without the lock, which is safe (writers replace files atomically, metadata last): a valid
-  entry is a disk hit, anything else compiles in memory only and writes nothing.
+- An entry lock that cannot be taken for a missing or bad entry (read-only mount, a directory
+  without write permission, a lock file of mode 0400, a directory or symlink in its place: the
+  last two are removed and the lock retried once; held past LOCK_TIMEOUT_S) warns and falls back
+  to reading the entry without the lock, which is safe (writers replace files atomically,
+  metadata last): an entry that became valid meanwhile is a disk hit, anything else compiles in
+  memory only and writes nothing.
 - Prebuilt kernels come first: the process-wide cache asks `prebuilt.get_prebuilt` (directories of
   `RAGGED_ATTN_AOT_DIR` and an installed `ragged_attn_kernels` package; prebuilt.py says which
   entries it refuses) before the disk cache, and counts `prebuilt_hits`; a class no prebuilt
@@ -45,7 +50,8 @@ On-disk layout (`cache_dir()`: created 0700 when missing, never changed when pre
         <layout_class.name>.lock                filelock of the entry
 
 Environment:
-    RAGGED_ATTN_CACHE_DIR   the cache directory (default `platformdirs.user_cache_dir("ragged_attn")`)
+    RAGGED_ATTN_CACHE_DIR   the cache directory, `~` expanded
+                            (default `platformdirs.user_cache_dir("ragged_attn")`)
     RAGGED_ATTN_DISK_CACHE  "0"/"false"/"off"/"no" turns the disk cache off (memory only);
                             "1"/"true"/"on"/"yes"/unset keeps it on. Neither changes what compiles.
 """
@@ -184,10 +190,10 @@ class CompileCache:
         if not enabled:
             return None
         if self._directory is not None:
-            return self._directory
+            return self._directory.expanduser()
         env_dir = os.environ.get(CACHE_DIR_ENV)
         if env_dir:
-            return Path(env_dir)
+            return Path(env_dir).expanduser()  # `~/x` is the home's x, never a directory named ~
         import platformdirs
 
         return Path(platformdirs.user_cache_dir("ragged_attn"))
@@ -298,12 +304,22 @@ class CompileCache:
             self._warn(f"cache directory {root} is not usable ({e}); compiling {lc.name} in memory only")
             return self._compile(lc, compile_fn, label)
 
+        reason = dir_reason
+        if reason is None:
+            # A valid entry is read without the lock (writers replace files atomically, metadata
+            # last): a process holding the lock for long, or a read-only cache, delays no hit.
+            stamp = cache_store.entry_stamp(entry)
+            fn, reason = cache_store.read_entry(lc, entry, self.build_env, self._loader)
+            if fn is not None:
+                self._remove_stale_temps_if_unlocked(entry)
+                self._info = dataclasses.replace(self._info, disk_hits=self._info.disk_hits + 1)
+                return fn
         lock = self._lock_entry(entry)
         if lock is None:
             return self._get_without_lock(lc, entry, compile_fn, label)
         try:
-            reason = dir_reason
-            if reason is None:
+            # Read again only when the files changed while we waited (another process wrote the entry).
+            if dir_reason is None and (reason is None or cache_store.entry_stamp(entry) != stamp):
                 fn, reason = cache_store.read_entry(lc, entry, self.build_env, self._loader)
                 if fn is not None:
                     cache_store.remove_stale_temps(entry)
@@ -357,6 +373,26 @@ class CompileCache:
                 )
                 return None
         return None
+
+    @staticmethod
+    def _remove_stale_temps_if_unlocked(entry: EntryPaths) -> None:
+        """Remove temp files of dead writers when the entry lock is free right now (no writer is
+        alive); otherwise, or when the lock cannot be taken at all (read-only), leave them. Never
+        waits, never warns."""
+        import filelock
+
+        lock = filelock.FileLock(str(entry.lock_path), mode=0o600)
+        try:
+            lock.acquire(blocking=False)
+        except (filelock.Timeout, OSError):
+            return
+        try:
+            cache_store.remove_stale_temps(entry)
+        finally:
+            try:
+                lock.release()
+            except OSError:
+                pass
 
     def _get_without_lock(self, lc: LayoutClass, entry: EntryPaths, compile_fn: Callable, label: str | None):
         """A valid entry is read as it is (writers replace files atomically, metadata last);

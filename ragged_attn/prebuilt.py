@@ -15,7 +15,10 @@ Rules (tests/test_prebuilt.py enforces them):
 - A manifest serves only this installation: its `kernel_source_digest` equals the digest of this
   package's `ragged_attn/kernels/` sources (as the compile cache computes it), its `dsl_version` is
   the DSL release the kernels are written for (`backends.REQUIRED_DSL_VERSION`, installed or not),
-  its `tvm_ffi_version` is the installed apache-tvm-ffi, its `machine` is this CPU (platform.machine()).
+  its `tvm_ffi_version` is the installed apache-tvm-ffi, its `machine` is this CPU (platform.machine()),
+  its `dsl_settings` are this process's compile-affecting CUTE_DSL_* settings
+  (`cache_store.dsl_compile_settings`, read from the environment without importing the DSL: ""
+  when none is set, so a build with CUTE_DSL_LINEINFO=1 serves only processes that set it too).
   Anything else is stale or foreign: one `PrebuiltWarning` per directory, and its classes go to
   the JIT cache (compile_cache.py).
 - A library is loaded only if it is a regular file, not writable by group/other, of the manifest's
@@ -87,15 +90,17 @@ class PrebuiltEntry:
 @functools.cache
 def expected_env() -> dict:
     """What a manifest must record to serve this installation: kernel_source_digest, dsl_version,
-    tvm_ffi_version, machine (computed once per process; hashing the kernel sources takes ~ms)."""
+    tvm_ffi_version, machine, dsl_settings (computed once per process, as the DSL reads its
+    settings once; hashing the kernel sources takes ~ms)."""
     from .backends import REQUIRED_DSL_VERSION
-    from .cache_store import dist_version, kernel_source_digest
+    from .cache_store import dist_version, dsl_compile_settings, kernel_source_digest
 
     return {
         "kernel_source_digest": kernel_source_digest(),
         "dsl_version": REQUIRED_DSL_VERSION,
         "tvm_ffi_version": dist_version("apache-tvm-ffi"),
         "machine": platform.machine(),
+        "dsl_settings": dsl_compile_settings(),
     }
 
 

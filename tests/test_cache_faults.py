@@ -69,16 +69,6 @@ def no_warnings():
     return ctx
 
 
-def disk_hit_with_warning(tmp_path: Path, match: str) -> None:
-    """A new process warns (`match`) and still loads the valid entry without compiling."""
-    cache = make_cache(tmp_path)
-    with pytest.warns(CompileCacheWarning, match=match):
-        fn = cache.get_kernel(LC, must_not_compile)
-    assert fn()[0] == "loaded"
-    info = cache.cache_info()
-    assert (info.compiles, info.disk_hits) == (0, 1)
-
-
 def failing_acquire(monkeypatch, exc: OSError) -> None:
     """Every entry lock raises `exc` on acquire, as the kernel would for that fault."""
     import filelock
@@ -102,10 +92,34 @@ LOCK_ERRORS = {
 
 
 @pytest.mark.parametrize("fault", sorted(LOCK_ERRORS))
-def test_lock_error_with_a_valid_entry_is_a_disk_hit(tmp_path, monkeypatch, fault):
+def test_lock_error_with_a_valid_entry_is_a_silent_disk_hit(tmp_path, monkeypatch, fault):
+    """A valid entry is read before any lock is asked for: no warning, no compile."""
     warm_entry(tmp_path)
     failing_acquire(monkeypatch, LOCK_ERRORS[fault])
-    disk_hit_with_warning(tmp_path, "cannot be taken .*reading the entry without it")
+    cache = make_cache(tmp_path)
+    ctx = no_warnings()
+    try:
+        fn = cache.get_kernel(LC, must_not_compile)
+    finally:
+        ctx.__exit__(None, None, None)
+    assert fn()[0] == "loaded"
+    info = cache.cache_info()
+    assert (info.compiles, info.disk_hits) == (0, 1)
+
+
+@pytest.mark.parametrize("fault", sorted(LOCK_ERRORS))
+def test_lock_error_with_a_damaged_entry_warns_and_compiles_in_memory(tmp_path, monkeypatch, fault):
+    _, entry = warm_entry(tmp_path)
+    entry.object_path.write_bytes(entry.object_path.read_bytes()[:40])
+    failing_acquire(monkeypatch, LOCK_ERRORS[fault])
+    cache = make_cache(tmp_path)
+    compile_fn = CountingCompile()
+    with (
+        pytest.warns(CompileCacheWarning, match="cannot be taken .*reading the entry without it"),
+        pytest.warns(CompileCacheWarning, match="sha256/size mismatch .* and no lock to write one"),
+    ):
+        fn = cache.get_kernel(LC, compile_fn)
+    assert isinstance(fn, FakeCompiled) and compile_fn.calls == [LC]
 
 
 @pytest.mark.parametrize("fault", sorted(LOCK_ERRORS))
@@ -199,16 +213,23 @@ def test_lock_slot_of_the_wrong_shape_is_repaired(tmp_path, shape, warm):
         ctx.__exit__(None, None, None)
     assert fn()[0] == "loaded"
     assert compile_fn.calls == ([] if warm else [LC])
-    assert stat.S_ISREG(os.lstat(entry.lock_path).st_mode)
+    if not warm:  # a valid entry is read without the lock, so its slot is left as found
+        assert stat.S_ISREG(os.lstat(entry.lock_path).st_mode)
     assert target.read_text() == "not the cache's", "a symlink's target is never touched"
     make_cache(tmp_path).get_kernel(LC, must_not_compile)
 
 
-def test_lock_slot_that_cannot_be_repaired_reads_without_it(tmp_path, monkeypatch):
-    warm_entry(tmp_path)
+def test_lock_slot_that_cannot_be_repaired_compiles_in_memory(tmp_path, monkeypatch):
     monkeypatch.setattr(cache_store, "clear_slot", lambda path: False)
     failing_acquire(monkeypatch, LOCK_ERRORS["is-a-directory"])
-    disk_hit_with_warning(tmp_path, "IsADirectoryError")
+    cache = make_cache(tmp_path)
+    compile_fn = CountingCompile()
+    with (
+        pytest.warns(CompileCacheWarning, match="IsADirectoryError"),
+        pytest.warns(CompileCacheWarning, match="no entry and no lock to write one"),
+    ):
+        fn = cache.get_kernel(LC, compile_fn)
+    assert isinstance(fn, FakeCompiled) and compile_fn.calls == [LC]
 
 
 # ---- the object file --------------------------------------------------------------------------------
@@ -467,7 +488,7 @@ def _can_mount_read_only(tmp_path: Path) -> bool:
 
 def test_read_only_mount_holding_valid_entries(tmp_path):
     """A real read-only bind mount (in a user + mount namespace, where the machine allows): the
-    valid entry is a disk hit, another class compiles in memory only, nothing raises."""
+    valid entry is a disk hit without a warning, another class compiles in memory only, nothing raises."""
     if shutil.which("unshare") is None or not _can_mount_read_only(tmp_path):
         pytest.skip("no unprivileged read-only bind mount on this machine (unshare --user --mount)")
     script = tmp_path / "ro_worker.py"
@@ -491,6 +512,7 @@ def test_read_only_mount_holding_valid_entries(tmp_path):
     assert (read["compiles"], read["disk_hits"]) == (1, 1), read
     assert any("cannot be taken" in m and "Read-only" in m for m in read["warnings"]), read["warnings"]
     assert any("in memory only" in m for m in read["warnings"]), read["warnings"]
+    assert not any(f"{LC.name}." in m for m in read["warnings"]), "the valid entry is a silent disk hit"
 
 
 # ---- concurrent writers -----------------------------------------------------------------------------

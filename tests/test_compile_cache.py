@@ -13,11 +13,13 @@ import hashlib
 import importlib.util
 import json
 import os
+import platform
 import stat
 import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -271,6 +273,8 @@ def test_default_digest_is_the_package_kernels():
         ("dsl_version", "4.9.0"),
         ("tvm_ffi_version", "0.2.0"),
         ("format_version", 2),
+        ("machine", "aarch64" if platform.machine() != "aarch64" else "x86_64"),
+        ("dsl_settings", "CUTE_DSL_LINEINFO=True"),
     ],
 )
 def test_build_env_change_is_a_different_entry(tmp_path, field, value):
@@ -282,6 +286,145 @@ def test_build_env_change_is_a_different_entry(tmp_path, field, value):
     cache.get_kernel(LC, compile_fn)
     assert compile_fn.calls == [LC], "an entry of another build env must not be loaded"
     assert cache.entry_paths(LC).object_path.exists() and warm_entry(tmp_path)[1].object_path.exists()
+
+
+@pytest.fixture
+def no_dsl_settings(monkeypatch):
+    """An environment with no CUTE_DSL_* variable set."""
+    for name in [n for n in os.environ if n.startswith("CUTE_DSL_")]:
+        monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_current_build_env_records_this_cpu_and_no_settings_by_default(no_dsl_settings):
+    env = cc.current_build_env()
+    assert env.machine == platform.machine()
+    assert env.dsl_settings == ""
+
+
+@pytest.mark.parametrize(
+    "variables,recorded",
+    [
+        ({"CUTE_DSL_DEBUG": "1"}, "CUTE_DSL_DEBUG=True;CUTE_DSL_LINEINFO=True"),
+        ({"CUTE_DSL_DEBUG": " TRUE "}, "CUTE_DSL_DEBUG=True;CUTE_DSL_LINEINFO=True"),
+        ({"CUTE_DSL_DEBUG": "1", "CUTE_DSL_LINEINFO": "0"}, "CUTE_DSL_DEBUG=True"),
+        ({"CUTE_DSL_LINEINFO": "yes"}, "CUTE_DSL_LINEINFO=True"),
+        ({"CUTE_DSL_ENABLE_ASSERTIONS": "on"}, "CUTE_DSL_ENABLE_ASSERTIONS=True"),
+        ({"CUTE_DSL_COMPILER_OPT": "remarks{ptx}"}, "CUTE_DSL_COMPILER_OPT='remarks{ptx}'"),
+        ({"CUTE_DSL_COMPILER_BACKEND": "other"}, "CUTE_DSL_COMPILER_BACKEND='other'"),
+        ({"CUTE_DSL_LOC_TRACEBACKS": " 3"}, "CUTE_DSL_LOC_TRACEBACKS=3"),
+        ({"CUTE_DSL_TOLERATE_M2M": "off"}, "CUTE_DSL_TOLERATE_M2M=False"),
+        ({"CUTE_DSL_DEBUG": "maybe"}, "CUTE_DSL_DEBUG='maybe'"),
+    ],
+    ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) if isinstance(v, dict) else None,
+)
+def test_dsl_settings_enter_the_build_env(tmp_path, no_dsl_settings, variables, recorded):
+    default = cc.current_build_env()
+    for name, value in variables.items():
+        no_dsl_settings.setenv(name, value)
+    env = cc.current_build_env()
+    assert env.dsl_settings == recorded
+    assert env.dir_name != default.dir_name, f"{variables} must not share the default's entries"
+
+
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {"CUTE_DSL_DEBUG": "0", "CUTE_DSL_LINEINFO": "", "CUTE_DSL_COMPILER_OPT": ""},
+        {"CUTE_DSL_ARCH": "sm_100a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_LOG_LEVEL": "10"},
+    ],
+    ids=["defaults-spelled-out", "settings-outside-the-key"],
+)
+def test_dsl_settings_at_their_defaults_or_outside_the_key_keep_the_default_entries(
+    no_dsl_settings, variables
+):
+    default = cc.current_build_env()
+    for name, value in variables.items():
+        no_dsl_settings.setenv(name, value)
+    assert cc.current_build_env() == default
+
+
+def test_dsl_settings_select_their_own_entries(tmp_path, no_dsl_settings):
+    """A LINEINFO build and a default build each compile once and then hit their own entry."""
+    plain = dataclasses.replace(ENV, dsl_settings=cache_store.dsl_compile_settings())
+    no_dsl_settings.setenv("CUTE_DSL_LINEINFO", "1")
+    lineinfo = dataclasses.replace(ENV, dsl_settings=cache_store.dsl_compile_settings())
+    for env in (plain, lineinfo):
+        compile_fn = CountingCompile()
+        make_cache(tmp_path, build_env=env).get_kernel(LC, compile_fn)
+        assert compile_fn.calls == [LC], f"{env.dsl_settings!r} loaded another setting's entry"
+    for env in (plain, lineinfo):
+        again = make_cache(tmp_path, build_env=env)
+        again.get_kernel(LC, must_not_compile)
+        meta = json.loads(again.entry_paths(LC).meta_path.read_bytes())
+        assert meta["dsl_settings"] == env.dsl_settings and meta["machine"] == platform.machine()
+
+
+DSL_SETTINGS_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    from cutlass.cutlass_dsl.cutlass import CuTeDSLEnvironmentManager
+    from ragged_attn import cache_store
+
+    manager = CuTeDSLEnvironmentManager()
+    keyed = {e.key_name: e for e in manager._ENV_VAR_SPEC if e.affects_compile}
+    names = {}
+    for key, e in keyed.items():
+        names[key] = e.source if isinstance(e.source, str) else "LIBS"
+    values = {names[key]: getattr(manager, key) for key in keyed if key != "shared_libs"}
+    print(json.dumps({"names": sorted(names.values()), "values": values,
+                      "ours": cache_store.dsl_compile_settings()}))
+    """
+)
+
+
+@pytest.mark.cute
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {},
+        {"CUTE_DSL_DEBUG": "1"},
+        {"CUTE_DSL_DEBUG": "yes", "CUTE_DSL_LINEINFO": "false"},
+        {
+            "CUTE_DSL_ENABLE_ASSERTIONS": "1",
+            "CUTE_DSL_COMPILER_OPT": "warnings",
+            "CUTE_DSL_LOC_TRACEBACKS": "2",
+        },
+        {
+            "CUTE_DSL_TOLERATE_M2M": "0",
+            "CUTE_DSL_COMPILER_BACKEND": "legacy",
+            "CUTE_DSL_USE_EXTENSION_COMPILER": "on",
+        },
+    ],
+    ids=["none", "debug", "debug-no-lineinfo", "assertions-opt-tracebacks", "m2m-backend-extension"],
+)
+def test_dsl_compile_settings_are_the_installed_dsls(variables):
+    """The table in cache_store names every setting the installed DSL keys its own JIT cache by
+    (`affects_compile=True`), less the documented exclusions, and reads each value as the DSL's
+    CuTeDSLEnvironmentManager does (a fresh process: the DSL reads the environment once)."""
+    pytest.importorskip("cutlass.cute")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUTE_DSL_") or k == "CUTE_DSL_ARCH"}
+    env.update(variables, PYTHONPATH=str(REPO_ROOT))
+    r = subprocess.run(
+        [sys.executable, "-c", DSL_SETTINGS_PROBE],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    probe = json.loads(r.stdout.strip().splitlines()[-1])
+    ours = {name for name, _, _ in cache_store.DSL_COMPILE_SETTINGS}
+    assert sorted(ours | set(cache_store.DSL_SETTINGS_NOT_KEYED)) == probe["names"]
+    # Recorded: what differs from the value with nothing set (LINEINFO's is False; the DSL's
+    # LINEINFO default follows DEBUG, so DEBUG=1 records both).
+    expected = ";".join(
+        f"CUTE_DSL_{name}={probe['values'][name]!r}"
+        for name, _, default in cache_store.DSL_COMPILE_SETTINGS
+        if name in probe["values"] and probe["values"][name] != (False if name == "LINEINFO" else default)
+    )
+    assert probe["ours"] == expected, (variables, probe["values"])
 
 
 # ---- corrupt, foreign and insecure entries ----------------------------------------------------
@@ -334,6 +477,8 @@ def test_bad_metadata_is_rebuilt(tmp_path, damage, reason):
         ("tvm_ffi_version", "0.1.0"),
         ("format_version", 0),
         ("arch", "sm_100a"),
+        ("machine", "aarch64" if platform.machine() != "aarch64" else "x86_64"),
+        ("dsl_settings", "CUTE_DSL_DEBUG=True;CUTE_DSL_LINEINFO=True"),
     ],
 )
 def test_foreign_entry_is_rebuilt(tmp_path, field, value):
@@ -454,14 +599,47 @@ def test_stale_temp_files_of_a_dead_writer_are_removed(tmp_path):
     assert not any(p.exists() for p in stale) and other.exists()
 
 
-def test_lock_held_too_long_reads_a_valid_entry_without_it(tmp_path, monkeypatch):
+def test_a_valid_entry_is_read_without_waiting_for_the_lock(tmp_path, monkeypatch):
     import filelock
 
     _, entry = warm_entry(tmp_path)
-    monkeypatch.setattr(cc, "LOCK_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(cc, "LOCK_NOTICE_S", 1.0)
+    monkeypatch.setattr(cc, "LOCK_TIMEOUT_S", 2.0)
     cache = make_cache(tmp_path)
-    # Another process busy on this entry holds its lock.
-    with filelock.FileLock(str(entry.lock_path)), pytest.warns(CompileCacheWarning, match="still held"):
+    # Another process, frozen, holds the entry's lock.
+    with filelock.FileLock(str(entry.lock_path)), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t0 = time.perf_counter()
+        fn = cache.get_kernel(LC, must_not_compile)
+        seconds = time.perf_counter() - t0
+    assert fn()[0] == "loaded" and cache.cache_info().disk_hits == 1
+    assert seconds < 0.5, f"a valid entry waited {seconds:.2f} s for a lock it does not need"
+
+
+def test_a_damaged_entry_waits_for_the_lock_then_reads_what_the_holder_wrote(tmp_path, monkeypatch):
+    """The lock-free read found a bad entry; the writer holding the lock replaces it meanwhile: the
+    waiter reads the new entry under the lock (no warning, no compile)."""
+    import filelock
+
+    _, entry = warm_entry(tmp_path)
+    good = entry.object_path.read_bytes()
+    entry.object_path.write_bytes(good[:40])
+    monkeypatch.setattr(cc, "LOCK_TIMEOUT_S", 20.0)  # a bound, should the holder never release
+    cache = make_cache(tmp_path)
+    holder = filelock.FileLock(str(entry.lock_path), thread_local=False)  # released by the thread below
+    holder.acquire()
+
+    def repair_then_release():
+        time.sleep(0.3)
+        tmp = entry.object_path.with_name("repaired.tmp")
+        tmp.write_bytes(good)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, entry.object_path)
+        holder.release()
+
+    with ThreadPoolExecutor(1) as pool, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pool.submit(repair_then_release)
         fn = cache.get_kernel(LC, must_not_compile)
     assert fn()[0] == "loaded" and cache.cache_info().disk_hits == 1
 
@@ -523,6 +701,24 @@ def test_cache_dir_resolution(tmp_path, monkeypatch):
     assert cc.cache_dir() == tmp_path / "x"
     monkeypatch.setenv("RAGGED_ATTN_DISK_CACHE", "off")
     assert cc.cache_dir() is None
+
+
+def test_cache_dir_expands_the_home(tmp_path, monkeypatch):
+    """`RAGGED_ATTN_CACHE_DIR='~/x'` (quoted, so the shell did not expand it) is the home's x,
+    not a directory named `~` in the working directory."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("RAGGED_ATTN_DISK_CACHE", raising=False)
+    monkeypatch.setenv("RAGGED_ATTN_CACHE_DIR", "~/x")
+    cache = CompileCache(loader=fake_loader, build_env=ENV)
+    assert cache.cache_dir() == home / "x"
+    cache.get_kernel(LC, CountingCompile())
+    entry = cache.entry_paths(LC)
+    assert entry.object_path.is_file() and entry.directory.is_relative_to(home)
+    assert list(cwd.iterdir()) == [], "nothing is made in the working directory"
 
 
 def test_process_wide_api(tmp_path, monkeypatch):

@@ -29,6 +29,7 @@ ENV = {
     "dsl_version": "4.8.1",
     "tvm_ffi_version": "0.1.15.post2",
     "machine": "x86_64",
+    "dsl_settings": "",
 }
 
 
@@ -179,6 +180,11 @@ def test_a_valid_manifest_serves_its_classes(tmp_path):
         ("dsl_version", "4.9.0", "foreign: built with dsl_version='4.9.0'"),
         ("tvm_ffi_version", "0.2.0", "foreign: built with tvm_ffi_version='0.2.0'"),
         ("machine", "aarch64", "foreign: built with machine='aarch64'"),
+        (
+            "dsl_settings",
+            "CUTE_DSL_LINEINFO=True",
+            "foreign: built with dsl_settings='CUTE_DSL_LINEINFO=True'",
+        ),
         ("format_version", 2, "manifest format"),
         ("format", "something-else", "manifest format"),
         ("classes", {"not": "a list"}, "'classes' is missing or not a list"),
@@ -290,6 +296,28 @@ def test_expected_env_is_this_installation():
     assert env["dsl_version"] == REQUIRED_DSL_VERSION
     assert env["tvm_ffi_version"] == build_env.tvm_ffi_version
     assert env["machine"] == platform.machine()
+    assert env["dsl_settings"] == build_env.dsl_settings
+
+
+@pytest.fixture
+def fresh_expected_env():
+    """`prebuilt.expected_env` is read once per process: forget it before and after the test."""
+    prebuilt.expected_env.cache_clear()
+    yield
+    prebuilt.expected_env.cache_clear()
+
+
+def test_a_manifest_built_with_other_dsl_settings_is_refused(tmp_path, monkeypatch, fresh_expected_env):
+    for name in [n for n in os.environ if n.startswith("CUTE_DSL_")]:
+        monkeypatch.delenv(name)
+    plain = write_dir(tmp_path / "plain", [LC_A], env=prebuilt.expected_env())
+    monkeypatch.setenv("CUTE_DSL_LINEINFO", "1")
+    prebuilt.expected_env.cache_clear()
+    lineinfo = write_dir(tmp_path / "lineinfo", [LC_A], env=prebuilt.expected_env())
+    index = PrebuiltIndex(dirs=lambda: [plain, lineinfo], loader=fake_loader)
+    refused = r"plain.*foreign: built with dsl_settings=''.*'CUTE_DSL_LINEINFO=True'"
+    with pytest.warns(PrebuiltWarning, match=refused):
+        assert index.load(LC_A) == ("loaded", lineinfo / f"{LC_A.name}.so", aot.function_name(LC_A))
 
 
 # ---- the compile cache asks prebuilt directories first ------------------------------------------------
