@@ -21,6 +21,7 @@
 #   13    [".devcache/b", ".devcache/pv"]             source .devcache/b/bootstrap.sh >/dev/null 2>&1; PAGED_BENCH_CUDNN=0 ROUNDS=5 BENCH_S=80 TESTS_S=120 SPLIT_S=90 bash tools/issue10_round.sh variant wr paged_warp_release=True
 #         (.devcache/pv holding only main's d128 / d64 objects and wr's: 1.6 MiB, built by the last line below, ~50 s)
 #         Session 22 (H100) ran call 13 in 141 s, then calls 5-8 (closing issue10 53 s, serving 69 s, both again 95 s).
+#   14    [".devcache/pv"]                            bash tools/issue10_round.sh switch_source   (session 22: cold code of each kind after a GEMM)
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
@@ -160,6 +161,19 @@ switch)
     python3 tools/probe_kernel_switch.py --ncu > $OUT/ncu_switch.log 2>&1
   grep -E "RaggedForward|gpu__time_duration|stalled" $OUT/ncu_switch.log | head -40
   ;;
+switch_source)
+  # Session 22's question: is the switch cost (code state shared by the GPU) proportional to the code
+  # a launch fetches cold? Per-instruction counters and stall samples (SourceCounters) of the probe's
+  # --ncu sequence (GEMM, paged twice, GEMM, ragged twice; application replay, no flush), page 16,
+  # d128 64 x 128: compare executed lines and no-instruction samples of each kind after the GEMM
+  # (python3 tools/ncu_sass_summary.py $OUT/switch_source.csv --kernel N --regions).
+  PAGED_BENCH_LENS=$short RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv timeout ${NCU_S:-300} ncu --replay-mode application \
+    --cache-control none --clock-control none -k regex:RaggedForwardSm90 --section SourceCounters --section WarpStateStats \
+    -f -o /tmp/switch_source python3 tools/probe_kernel_switch.py --ncu > $OUT/switch_source_run.log 2>&1
+  echo "ncu rc $?"; tail -3 $OUT/switch_source_run.log
+  ncu --import /tmp/switch_source.ncu-rep --page source --csv --print-source sass > $OUT/switch_source.csv 2>&1
+  for k in 0 1 2 3; do python3 tools/ncu_sass_summary.py $OUT/switch_source.csv --kernel $k --opcodes 3 | head -4; done
+  ;;
 variant)
   # A paged tile-config variant built into .devcache/pv/NAME (tools/paged_variants_round.sh build
   # NAME=FIELDS): the switch probe beside main's paged and ragged builds (d128 64 x 128 and
@@ -194,7 +208,7 @@ sanitize)
   done
   ;;
 *)
-  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
+  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
   exit 2
   ;;
 esac
