@@ -106,9 +106,9 @@ def expected_env() -> dict:
 
 def search_dirs() -> list[Path]:
     """The prebuilt directories, in lookup order: `RAGGED_ATTN_AOT_DIR`'s entries (empty ones
-    skipped), then `<ragged_attn_kernels package>/prebuilt` if that package is installed and the
+    skipped, `~` expanded), then `<ragged_attn_kernels package>/prebuilt` if that package is installed and the
     directory exists. Creates and imports nothing."""
-    dirs = [Path(p) for p in os.environ.get(AOT_DIR_ENV, "").split(os.pathsep) if p.strip()]
+    dirs = [Path(p).expanduser() for p in os.environ.get(AOT_DIR_ENV, "").split(os.pathsep) if p.strip()]
     try:
         spec = importlib.util.find_spec(KERNELS_PACKAGE)
     except (ImportError, ValueError):

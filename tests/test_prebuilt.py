@@ -387,3 +387,10 @@ def test_warmup_without_dsl_serves_prebuilt_classes_and_names_the_missing_one(tm
     assert compile_cache.cache_info().prebuilt_hits == 1
     with pytest.raises(NotImplementedError, match=f"no kernel for layout class {LC_B.name}.*aot build"):
         ragged_attn.warmup([LC_A, LC_B], progress=False)
+
+
+def test_aot_dir_entries_expand_the_home(monkeypatch, tmp_path):
+    """`~/kernels` is the home's kernels, as a shell would read it, never a directory named ~."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv(prebuilt.AOT_DIR_ENV, os.pathsep.join(["~/kernels", str(tmp_path / "other")]))
+    assert prebuilt.search_dirs()[:2] == [tmp_path / "kernels", tmp_path / "other"]
