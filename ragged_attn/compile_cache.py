@@ -319,7 +319,7 @@ class CompileCache:
             return self._get_without_lock(lc, entry, compile_fn, label)
         try:
             # Read again only when the files changed while we waited (another process wrote the entry).
-            if dir_reason is None and (reason is None or cache_store.entry_stamp(entry) != stamp):
+            if dir_reason is None and cache_store.entry_stamp(entry) != stamp:
                 fn, reason = cache_store.read_entry(lc, entry, self.build_env, self._loader)
                 if fn is not None:
                     cache_store.remove_stale_temps(entry)
