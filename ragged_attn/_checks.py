@@ -121,6 +121,28 @@ def python_int(name: str, x, *, minimum: int, allow_none: bool = True, why_not_t
     return int(x)
 
 
+def flag(name: str, x, *, none_as: bool | None = None) -> bool:
+    """A boolean option as a bool: a bool, numpy's bool, or the ints 0 / 1 (None as `none_as` where
+    given). TypeError naming `name` for anything else: never `bool(x)` of a string ("false" is truthy)
+    or a tensor (ambiguous with more than one element)."""
+    if x is None and none_as is not None:
+        return none_as
+    if isinstance(x, bool):
+        return x
+    if type(x).__module__ == "numpy" and type(x).__name__ in ("bool", "bool_"):  # np.True_ (numpy 2 / 1)
+        return bool(x)
+    if isinstance(x, numbers.Integral) and not isinstance(x, torch.Tensor) and x in (0, 1):
+        return bool(x)
+    shown = f" {x!r}" if isinstance(x, (str, numbers.Number)) and len(repr(x)) <= 40 else ""
+    raise TypeError(f"{name}: expected a bool, got {type_name(x)}{shown}")
+
+
+def short_repr(x) -> str:
+    """repr(x) for a message, at most ~40 characters (a 2**1100 int is not printed whole)."""
+    r = repr(x)
+    return r if len(r) <= 40 else f"{r[:20]}... ({len(r)} characters)"
+
+
 def not_self_overlapping(name: str, x: torch.Tensor) -> None:
     """Each element of x at its own address (no stride-0 or interleaved dims): a writable output.
     Skipped while torch.compile traces (symbolic strides cannot be sorted; eager calls check)."""

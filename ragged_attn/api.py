@@ -76,7 +76,8 @@ def attention(
             convention), or "top_left" (j <= i). Anything else is a ValueError.
         window_size: (left, right), -1 unbounded, in the same frame: query i sees keys
             [i + off - left, i + off + right] (off = lk - lq, or 0 for "top_left"). Causal fixes right = 0.
-        softmax_scale: float, default 1 / sqrt(D_qk).
+        softmax_scale: float in [2**-126, float32 max / log2(e)] (the kernels fold log2(e) into
+            it in float32), default 1 / sqrt(D_qk).
         return_lse: also return the log-sum-exp of the scaled scores per (query, head), float32.
         lse_layout: "head_major" (H_q, total_q) as FlashAttention, "token_major" (total_q, H_q), or
             "padded" (B, s_max, H_q) as FlashInfer's cuDNN prefill, with s_max = max_seqlen_q or
@@ -463,6 +464,11 @@ def warmup(problems_or_classes: Iterable, *, arch: str | None = None, progress: 
     """
     from tqdm.auto import tqdm
 
+    if isinstance(problems_or_classes, (LayoutClass, dict, str)) or not isinstance(problems_or_classes, Iterable):
+        raise TypeError(
+            "problems_or_classes: expected an iterable of LayoutClass or dict items, got "
+            f"{type(problems_or_classes).__name__}"
+        )
     classes: list[LayoutClass] = []
     for item in problems_or_classes:
         if isinstance(item, dict):

@@ -40,6 +40,9 @@ MAX_PADDED_LSE_ROWS = 65535 * 128
 # 3.4e38 still overflows and makes its row NaN, on the reference and the kernels alike
 # (docs/SUPPORT_MATRIX.md, "Non-finite inputs").
 MAX_SOFTMAX_SCALE = float.fromhex("0x1.fffffep+127") / math.log2(math.e)
+# The smallest: a normal float32 (below it the folded scale is subnormal or 0 in float32, and a
+# scale of 0 turns every row into a uniform average, which softmax_scale=0.0 is refused for).
+MIN_SOFTMAX_SCALE = 2.0**-126
 
 # The smallest positive softcap: a normal float32 (below it softcap and scores / softcap leave
 # float32's normal range in the kernels' and the reference's float32 math).
@@ -178,11 +181,17 @@ def _softmax_scale(softmax_scale, d_qk: int) -> float:
     except OverflowError:  # an int beyond float range (math.isfinite converts it to a float)
         finite = False
     if not finite or softmax_scale <= 0:
-        raise ValueError(f"softmax_scale: expected a finite positive float, got {softmax_scale!r}")
+        raise ValueError(f"softmax_scale: expected a finite positive float, got {chk.short_repr(softmax_scale)}")
     if softmax_scale > MAX_SOFTMAX_SCALE:
         raise ValueError(
             f"softmax_scale: expected at most {MAX_SOFTMAX_SCALE:.4g} (the kernels scale scores by "
-            f"softmax_scale * log2(e) in float32, which overflows above that), got {softmax_scale!r}"
+            f"softmax_scale * log2(e) in float32, which overflows above that), got {chk.short_repr(softmax_scale)}"
+        )
+    if softmax_scale < MIN_SOFTMAX_SCALE:
+        raise ValueError(
+            f"softmax_scale: expected at least {MIN_SOFTMAX_SCALE:.4g} (2**-126, the smallest normal float32: "
+            f"the kernels scale scores by softmax_scale * log2(e) in float32, where a smaller scale is 0 or "
+            f"subnormal), got {softmax_scale!r}"
         )
     return float(softmax_scale)
 

@@ -23,6 +23,7 @@ import numbers
 
 import torch
 
+from .. import _checks as chk
 from ..api import attention
 from ._names import caller_names
 
@@ -94,6 +95,10 @@ def names_of(block_table=None) -> dict[str, str]:
 def decline_unserved(**options) -> None:
     """NotImplementedError naming the first option set to something ragged_attn does not compute."""
     for name, value in options.items():
+        if name == "dropout_p" and value is not None and (
+            isinstance(value, torch.Tensor) or not isinstance(value, numbers.Real)
+        ):
+            raise TypeError(f"dropout_p: expected a Python float (0.0: no dropout), got {chk.type_name(value)}")
         unset = (value == 0.0 or value is None) if name == "dropout_p" else value is None
         if not unset:
             what = {
@@ -206,6 +211,8 @@ def flash_attn_varlen_func(
         softmax_lse) with return_lse.
     Raises:
         NotImplementedError: an unserved option above (named).
+        TypeError: return_attn_probs / return_lse not a bool (0 / 1, numpy's bool and None are
+            taken; never bool() of a string or tensor), dropout_p not a Python number.
         ValueError: block_table and page_table both given; return_lse with return_attn_probs;
             gather_bwd_* set; otherwise TypeError / ValueError / NotImplementedError as
             `ragged_attn.attention`, naming FA's arguments (block_table, learnable_sink).
@@ -217,9 +224,11 @@ def flash_attn_varlen_func(
     check_gather_bwd(gather_bwd_recompute_p, gather_bwd_token_chunk)
     if block_table is not None and page_table is not None:
         raise ValueError("page_table: FA2's block_table and FA4's page_table name the same table; pass one, got both")
+    return_attn_probs = chk.flag("return_attn_probs", return_attn_probs, none_as=False)
+    return_lse = chk.flag("return_lse", return_lse, none_as=False)
     if return_lse and return_attn_probs:
         raise ValueError("return_lse: pass FA4's return_lse or FA2's return_attn_probs, got both")
-    want_lse = bool(return_attn_probs) or bool(return_lse)
+    want_lse = return_attn_probs or return_lse
     table = block_table if block_table is not None else page_table
     with caller_names(names_of(block_table)):
         result = attention(

@@ -10,6 +10,7 @@ numbers and are not served decline by name; scheduling hints are accepted (see c
 
 from __future__ import annotations
 
+from .. import _checks as chk
 from ..api import attention
 from ._names import caller_names
 from .flash_attn import (
@@ -89,6 +90,7 @@ def flash_attn_varlen_func(
     Returns:
         (out (total_q, H_q, D_v), softmax_lse or None).
     Raises:
+        TypeError: return_lse not a bool (0 / 1, numpy's bool and None are taken).
         NotImplementedError: an unserved option (named) or the batched layout; otherwise as
         `ragged_attn.attention` (learnable_sink named as such).
     """
@@ -97,6 +99,7 @@ def flash_attn_varlen_func(
         mask_mod=mask_mod, block_sparse_tensors=block_sparse_tensors,
     )  # fmt: skip
     check_gather_bwd(gather_bwd_recompute_p, gather_bwd_token_chunk)
+    return_lse = chk.flag("return_lse", return_lse, none_as=False)
     if cu_seqlens_q is None:
         raise NotImplementedError(
             "cu_seqlens_q: FA4's batched (B, S, H, D) layout is not served; pass packed (total_q, H, D) "
@@ -113,7 +116,7 @@ def flash_attn_varlen_func(
             seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table, kv_layout="NHD",
             causal=causal_of(causal), window_size=window_of(window_size, causal_of(causal) is not False),
             softmax_scale=softmax_scale,
-            return_lse=bool(return_lse), lse_layout="head_major", lse_base="ln", sinks=sinks_of(learnable_sink),
+            return_lse=return_lse, lse_layout="head_major", lse_base="ln", sinks=sinks_of(learnable_sink),
             softcap=softcap_of(softcap), backend=backend,
         )  # fmt: skip
     return result if return_lse else (result, None)

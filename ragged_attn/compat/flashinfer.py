@@ -259,8 +259,9 @@ def cudnn_batch_prefill_with_kv_cache(
             where FlashInfer writes, for B > 1 FlashInfer raises and ragged_attn serves it (ours).
             Output offsets that differ from q's are served by a device-side copy. batch_offsets_v
             must describe the same token starts as batch_offsets_k (FlashInfer builds both from one
-            cumsum); only batch_offsets_k is read. Element offsets must be whole rows (multiples of
-            H * D of that tensor): where the values are read anyway (CPU tensors or
+            cumsum); only batch_offsets_k is read, and where values are read (CPU tensors or
+            ragged_attn_backend="reference") other starts are a ValueError. Element offsets must be
+            whole rows (multiples of H * D of that tensor): where the values are read anyway (CPU tensors or
             ragged_attn_backend="reference") another value is a ValueError naming the argument; on
             CUDA with the kernel they are trusted (no device-to-host read).
         batch_offsets_stats: start offsets of each sequence's LSE rows in elements (token * H_q,
@@ -337,7 +338,23 @@ def cudnn_batch_prefill_with_kv_cache(
         )
         if read and batch_offsets_k is None:
             _check_packed("actual_seq_lens_kv", lens_k, k_cache.shape[0], "k_cache", "batch_offsets_k")
+        if batch_offsets_v is not None and batch_offsets_v is not batch_offsets_k:
+            # Only batch_offsets_k is read: v's must name the same token starts (checked where values are read).
+            row_v = f"v_cache: H_kv * D_v = {h_kv} * {d_v}"
+            starts_v = _starts(
+                "batch_offsets_v", batch_offsets_v, lens_k, h_kv * d_v, units, v_cache.shape[0], row_v, read
+            )
+            if read:
+                for i, (sv, sk) in enumerate(zip(starts_v[:batch].tolist(), starts_k[:batch].tolist())):
+                    if sv != sk:
+                        raise ValueError(
+                            f"batch_offsets_v: expected the token starts of batch_offsets_k (only batch_offsets_k is "
+                            f"read; FlashInfer builds both from one cumsum), got token {sv} at sequence {i} where "
+                            f"batch_offsets_k gives {sk}"
+                        )
 
+    if o_data_type is not None and not isinstance(o_data_type, torch.dtype):
+        raise TypeError(f"o_data_type: expected a torch.dtype or None, got {chk.type_name(o_data_type)}")
     if o_data_type is not None and o_data_type != q.dtype:
         raise NotImplementedError(
             f"o_data_type: the output is q's dtype ({chk.dtype_name(q.dtype)}) on every backend, got "

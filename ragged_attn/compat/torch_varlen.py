@@ -10,6 +10,7 @@ signature (tests/signatures/torch-*.json, from those wheels' sources) to this on
 
 from __future__ import annotations
 
+from .. import _checks as chk
 from ..api import attention
 from ._names import caller_names
 
@@ -64,10 +65,14 @@ def varlen_attn(
         output (T_q, H_q, D), or (output, lse) with lse float32 (H_q, T_q), natural log (what
         torch's FA2 path returns; its docstring says (T_q, H_q), its kernels and fake say (H_q, T_q)).
     Raises:
-        TypeError: return_aux neither None nor an object with `.lse`.
+        TypeError: return_aux neither None nor an object with `.lse`; is_causal, enable_gqa or
+            return_aux.lse not a bool (0 / 1 and numpy's bool are taken; a string such as "false"
+            or a tensor is refused, never coerced with bool()).
         ValueError: H_q != H_kv without enable_gqa, or H_q not a multiple of H_kv; otherwise as
             `ragged_attn.attention`, naming torch's arguments (query, cu_seq_q, max_q, block_table, ...).
     """
+    is_causal = chk.flag("is_causal", is_causal)
+    enable_gqa = chk.flag("enable_gqa", enable_gqa)
     h_q = query.shape[1] if hasattr(query, "shape") and len(query.shape) == 3 else None
     h_kv = None
     if hasattr(key, "shape"):
@@ -84,11 +89,11 @@ def varlen_attn(
             f"AuxRequest(lse=True) returns (output, lse)), got {type(return_aux).__name__} {return_aux!r}"
         )
     else:
-        want_lse = bool(return_aux.lse)
+        want_lse = chk.flag("return_aux.lse", return_aux.lse)
     # A window_size that is not a pair passes through for `attention` to name (it is checked there).
     pair = isinstance(window_size, (tuple, list)) and len(window_size) == 2
     window = tuple(window_size) if pair else window_size
-    causal = bool(is_causal) or window == (-1, 0)
+    causal = is_causal or window == (-1, 0)
     if causal and pair and window[1] == -1:
         window = (window[0], 0)
     with caller_names(NAMES):

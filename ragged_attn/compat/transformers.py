@@ -171,16 +171,29 @@ def attention_forward(
         NotImplementedError: dropout > 0, a 4D mask; or what the backend declines (as
             `ragged_attn.attention`; the GPU kernel serves softcap and s_aux, a float32 s_aux of
             stride 1).
-        ValueError: a mask or lengths that do not fit the tensors.
+        ValueError: a mask or lengths that do not fit the tensors (a mask of values other than 0 / 1,
+            q_len > the mask's keys), query / key / value of different batch sizes.
+        TypeError: query / key / value not 4D tensors, a floating-point mask (an additive mask),
+            float cu_seq_lens_q / k, an is_causal that is not a bool.
         TypeError / ValueError: a bad s_aux (a tensor of another shape or device than (H_q,) on
             query's, not a tensor, or of an integer dtype), scaling or sliding_window (not an int,
             or negative), named as transformers passes them; as `ragged_attn.attention` otherwise.
     """
     if dropout:
         _decline("dropout", f"dropout_p = {dropout} (training)")
+    query = chk.tensor("query", query, rank=4)
+    key = chk.tensor("key", key, rank=4)
+    value = chk.tensor("value", value, rank=4)
     batch, h_q, q_len, _ = query.shape
+    for name, x in (("key", key), ("value", value)):
+        if x.shape[0] != batch:
+            raise ValueError(f"{name}: expected batch B = {batch} (query's), got shape {tuple(x.shape)} (B, H, S, D)")
+    if tuple(value.shape[1:3]) != tuple(key.shape[1:3]):
+        raise ValueError(
+            f"value: expected key's H_kv and S_k {tuple(key.shape[1:3])}, got shape {tuple(value.shape)} (B, H, S, D)"
+        )
     kv_len, d_v = key.shape[2], value.shape[3]
-    causal = bool(module.is_causal if is_causal is None else is_causal)
+    causal = bool(module.is_causal) if is_causal is None else chk.flag("is_causal", is_causal)
     window = (-1, -1)
     if sliding_window is not None:
         chk.python_int("sliding_window", sliding_window, minimum=0)
@@ -199,9 +212,21 @@ def attention_forward(
     if attention_mask is not None:
         if attention_mask.dim() != 2:
             _decline("attention_mask", f"a {attention_mask.dim()}D (custom) mask of shape {tuple(attention_mask.shape)}")
+        if attention_mask.dtype.is_floating_point or attention_mask.dtype.is_complex:
+            raise TypeError(
+                "attention_mask: expected a bool or integer (B, S_k) padding mask (1 = real token), got dtype "
+                f"{chk.dtype_name(attention_mask.dtype)} (an additive 0 / -inf mask would be read inverted)"
+            )
+        if attention_mask.dtype != torch.bool and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+            raise ValueError("attention_mask: expected a padding mask of 0 and 1 (1 = real token), got other values")
         mask = attention_mask.to(torch.bool)
         if mask.shape[0] != batch or mask.shape[1] > kv_len:
             raise ValueError(f"attention_mask: expected (B = {batch}, <= {kv_len}) keys, got {tuple(mask.shape)}")
+        if q_len != 1 and q_len > mask.shape[1]:
+            raise ValueError(
+                f"query: expected q_len <= the {mask.shape[1]} keys of attention_mask (the queries are the "
+                f"mask's last q_len columns, flash_attention_2's rule), got q_len = {q_len}"
+            )
         if mask.shape[1] < kv_len:  # a static cache longer than the mask: its tail is unused
             key, value, kv_len = key[:, :, : mask.shape[1]], value[:, :, : mask.shape[1]], mask.shape[1]
         lens_k = mask.sum(-1, dtype=torch.int32)
@@ -229,6 +254,10 @@ def attention_forward(
     q, k, v = _rows(query), _rows(key), _rows(value)
     varlen = [kwargs.get(n) for n in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")]
     if all(x is not None for x in varlen):
+        for name, c in zip(("cu_seq_lens_q", "cu_seq_lens_k"), varlen[:2]):
+            c = chk.tensor(name, c, rank=1)
+            if c.dtype.is_floating_point or c.dtype.is_complex or c.dtype == torch.bool:
+                raise TypeError(f"{name}: expected an integer (N + 1,) tensor, got dtype {chk.dtype_name(c.dtype)}")
         cu_q, cu_k = (c.to(device=query.device, dtype=torch.int32) for c in varlen[:2])
         max_q, max_k = _host_int(varlen[2]), _host_int(varlen[3])
     else:
