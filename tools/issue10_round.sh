@@ -172,7 +172,10 @@ switch_source)
     -f -o /tmp/switch_source python3 tools/probe_kernel_switch.py --ncu > $OUT/switch_source_run.log 2>&1
   echo "ncu rc $?"; tail -3 $OUT/switch_source_run.log
   ncu --import /tmp/switch_source.ncu-rep --page source --csv --print-source sass > $OUT/switch_source.csv 2>&1
-  for k in 0 1 2 3; do python3 tools/ncu_sass_summary.py $OUT/switch_source.csv --kernel $k --opcodes 3 | head -4; done
+  # (session 23: the CSV, tens of MB, does not come back whole: the footprint and stall reasons of each
+  # launch are printed here, and the CSV comes back gzipped)
+  for k in 0 1 2 3; do python3 tools/ncu_sass_summary.py $OUT/switch_source.csv --kernel $k --opcodes 3 --footprint | head -6; done
+  gzip -9 $OUT/switch_source.csv
   ;;
 variant)
   # A paged tile-config variant built into .devcache/pv/NAME (tools/paged_variants_round.sh build

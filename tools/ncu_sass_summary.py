@@ -3,7 +3,7 @@ with NCU_SOURCE=1): per kernel, the warp-level instructions executed and warp-st
 opcode, by region (runs of SASS lines with one execution count: per CTA, per tile, per warp and
 item, ...) and the lines with the most samples with their top stall reasons.
 
-Usage: python tools/ncu_sass_summary.py FILE.csv [--kernel N] [--opcodes K] [--regions] [--top K]
+Usage: python tools/ncu_sass_summary.py FILE.csv [--kernel N] [--opcodes K] [--regions] [--top K] [--footprint]
 Reading the counts: a line executed once per warp per tile shows tiles x warps; e.g. on 64 x 128
 d64 (32/8 heads, packed 192-row tiles) 18432 = 1536 tiles x 12 MMA warps and 16384 = 4096 items x
 4 warps. Used for the session-5 findings in docs/benchmarks/2026-12-02-h200-issue10-session5.
@@ -92,6 +92,31 @@ def top_lines(kernel: dict, top: int) -> list[str]:
     return out
 
 
+def footprint(kernel: dict, line_bytes: int = 128) -> list[str]:
+    """The code a launch touched: SASS lines executed at least once and the distinct `line_bytes`
+    (instruction-cache line) blocks they sit in, beside the kernel's whole listing; and the stall
+    reasons summed over every line, largest first (session 23: is the cost of a launch after another
+    kernel proportional to the code it fetches cold?)."""
+    h = kernel["header"]
+    addr = h.index("Address")
+    rows = kernel["rows"]
+    executed = [r for r in rows if _num(kernel, r, EXEC) > 0]
+    blocks = set()
+    for r in executed:
+        try:
+            blocks.add(int(r[addr], 16) // line_bytes)
+        except ValueError:
+            pass
+    stall_cols = [c for c in h if c.startswith("stall_") and "Not Issued" not in c]
+    totals = sorted(((sum(_num(kernel, r, c) for r in rows), c[6:]) for c in stall_cols), reverse=True)
+    total = sum(v for v, _ in totals) or 1
+    reasons = ", ".join(f"{n} {v:.0f} ({100 * v / total:.1f}%)" for v, n in totals[:6] if v)
+    return [
+        f"footprint: {len(executed)} of {len(rows)} SASS lines executed, in {len(blocks)} {line_bytes}-byte blocks",
+        f"stall samples by reason: {reasons}",
+    ]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
@@ -99,6 +124,7 @@ def main():
     ap.add_argument("--opcodes", type=int, default=25, help="opcodes to list (0: none)")
     ap.add_argument("--regions", action="store_true", help="list the regions")
     ap.add_argument("--top", type=int, default=0, help="lines with the most stall samples")
+    ap.add_argument("--footprint", action="store_true", help="executed lines and code blocks, stall reasons")
     a = ap.parse_args()
     for n, k in enumerate(read_kernels(a.csv)):
         if a.kernel is not None and n != a.kernel:
@@ -106,6 +132,8 @@ def main():
         print(f"== kernel {n}: {k['name'][:100]}")
         if a.opcodes:
             print("\n".join(opcode_table(k, a.opcodes)))
+        if a.footprint:
+            print("\n".join(footprint(k)))
         if a.regions:
             print("\n".join(region_table(k)))
         if a.top:
