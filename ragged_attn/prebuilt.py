@@ -1,6 +1,6 @@
 """Prebuilt (ahead-of-time) kernels: find, check and load them without the CuTe DSL.
 
-`python -m ragged_attn aot build --out DIR` (ragged_attn/aot.py) writes, per layout class, a shared
+`python -m ragged_attn aot build --out DIR` (ragged_attn/aot/) writes, per layout class, a shared
 library that exports one TVM-FFI function, and a `manifest.json` describing them. This module is
 the serving side: it imports neither `cutlass` nor anything of nvidia-cutlass-dsl; loading needs
 apache-tvm-ffi (`tvm_ffi.load_module`) and, to run, the CUDA driver (libcuda.so.1). The CUDA
@@ -26,7 +26,7 @@ Rules (tests/test_prebuilt.py enforces them):
 - Nothing found on disk raises; each directory's manifest is read once per process (call
   `reset()` after changing `RAGGED_ATTN_AOT_DIR` in a running process).
 
-Directory layout (written by aot.py):
+Directory layout (written by ragged_attn/aot/):
     DIR/manifest.json                 format, versions, digest, arch, machine, cudart, classes
     DIR/<layout_class.name>.so        exports `__tvm_ffi_<function_name>` (one class each)
 """
@@ -140,9 +140,9 @@ def _manifest_reason(manifest: object, env: dict) -> str | None:
 
 
 def function_name(layout_class: LayoutClass) -> str:
-    """The TVM-FFI function a class's library exports (aot.py builds it; the compile cache names its
-    entries' functions the same way): derived from the class name, so a library exporting it was
-    built for that class."""
+    """The TVM-FFI function a class's library exports (ragged_attn/aot/ builds it; the compile cache
+    names its entries' functions the same way): derived from the class name, so a library exporting
+    it was built for that class."""
     return "ragged_attn_" + "".join(c if c.isalnum() else "_" for c in layout_class.name)
 
 

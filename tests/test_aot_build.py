@@ -175,11 +175,11 @@ def test_a_second_build_keeps_entries_of_the_same_env(built, tmp_path):
     out, manifest = built
     copy = tmp_path / "aot"
     shutil.copytree(out, copy)
-    kept = aot._kept_entries(
+    kept = aot.builder._kept_entries(
         copy, {k: manifest[k] for k in manifest if k not in ("classes", "created_unix")}, set()
     )
     assert [e["name"] for e in kept] == [lc.name for lc in CLASSES]
-    assert aot._kept_entries(copy, {**manifest, "kernel_source_digest": "0" * 64}, set()) == []
+    assert aot.builder._kept_entries(copy, {**manifest, "kernel_source_digest": "0" * 64}, set()) == []
     (copy / f"{CLASSES[0].name}.so").unlink()
     header = {k: manifest[k] for k in manifest if k not in ("classes", "created_unix")}
-    assert [e["name"] for e in aot._kept_entries(copy, header, set())] == [CLASSES[1].name]
+    assert [e["name"] for e in aot.builder._kept_entries(copy, header, set())] == [CLASSES[1].name]

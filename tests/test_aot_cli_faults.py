@@ -63,7 +63,7 @@ def test_another_dsl_release_is_refused_with_the_jit_paths_reason(
         return "4.9.0" if name == "nvidia-cutlass-dsl" else real_version(name)
 
     monkeypatch.setattr(importlib.metadata, "version", version)
-    monkeypatch.setattr(aot, "_build_one", no_compile)
+    monkeypatch.setattr(aot.builder, "_build_one", no_compile)
     reason = backends.cute_import_error()
     assert reason is not None and "4.9.0" in reason
     out = tmp_path / "out"
@@ -81,7 +81,7 @@ def test_a_directory_where_an_output_file_belongs_is_named_before_compiling(
     tmp_path, class_file, monkeypatch, capsys, slot
 ):
     pytest.importorskip("cutlass.cute")
-    monkeypatch.setattr(aot, "_build_one", no_compile)
+    monkeypatch.setattr(aot.builder, "_build_one", no_compile)
     out = tmp_path / "out"
     (out / slot / "x").mkdir(parents=True)
     assert aot.main(["build", "--out", str(out), "--classes", str(class_file), "--jobs", "1"]) == 1
@@ -109,7 +109,7 @@ def _out_taking_no_file(tmp_path: Path) -> Path:
 @pytest.mark.cute
 def test_an_out_that_takes_no_file_is_named_before_compiling(tmp_path, class_file, monkeypatch, capsys):
     pytest.importorskip("cutlass.cute")
-    monkeypatch.setattr(aot, "_build_one", no_compile)
+    monkeypatch.setattr(aot.builder, "_build_one", no_compile)
     out = _out_taking_no_file(tmp_path)
     assert aot.main(["build", "--out", str(out), "--classes", str(class_file), "--jobs", "1"]) == 1
     line = one_error_line(capsys.readouterr().err)
@@ -154,17 +154,18 @@ RACE_WORKER = textwrap.dedent(
                 "sha256": hashlib.sha256(data).hexdigest(), "cudart": "static",
                 "compile_seconds": 0.0, "link_seconds": 0.0}
 
-    read_kept = aot._kept_entries
+    read_kept = aot.builder._kept_entries
 
     def slow_kept_entries(*args):
         kept = read_kept(*args)
         time.sleep(1.5)
         return kept
 
-    aot._build_one = fake_build_one
-    aot._kept_entries = slow_kept_entries
-    aot.dsl_unavailable = lambda: None
-    aot.toolchain = lambda cudart: {"cudart_version": "12.9"}
+    # replaced where build() and write_manifest() look them up: ragged_attn/aot/builder.py
+    aot.builder._build_one = fake_build_one
+    aot.builder._kept_entries = slow_kept_entries
+    aot.builder.dsl_unavailable = lambda: None
+    aot.builder.toolchain = lambda cudart: {"cudart_version": "12.9"}
     aot.build([aot.parse_class_name(name)], out, jobs=1)
     """
 )

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from ragged_attn import aot
+from ragged_attn.aot import link  # where toolchain() looks up the helpers these tests replace
 
 DIALECT = "libcuda_dialect_runtime_static.a"
 
@@ -67,7 +68,7 @@ def isolated(monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "distribution", no_dist)
     monkeypatch.setattr(importlib.metadata, "version", no_dist)
-    monkeypatch.setattr(aot, "_driver_cuda_major", lambda: None)
+    monkeypatch.setattr(link, "_driver_cuda_major", lambda: None)
     for var in ("CUTE_DSL_LIBS", "CUDA_HOME", "CUDA_PATH"):
         monkeypatch.delenv(var, raising=False)
     for name in list(sys.modules):
@@ -110,7 +111,7 @@ def test_the_flavor_follows_the_driver_as_the_dsl_picks_it(isolated, tmp_path):
     site = _site(tmp_path / "site", flavors=(12, 13), cudart_majors=(12, 13))
     _on_path(isolated, site)
     assert aot.toolchain()["cuda_major"] == 13  # no driver: the newest, as the DSL does
-    isolated.setattr(aot, "_driver_cuda_major", lambda: 12)
+    isolated.setattr(link, "_driver_cuda_major", lambda: 12)
     tools = aot.toolchain()
     assert tools["cuda_major"] == 12
     assert Path(tools["dialect_runtime"]).parts[-3] == "cu12"
@@ -121,9 +122,9 @@ def test_the_flavor_follows_the_driver_as_the_dsl_picks_it(isolated, tmp_path):
 def test_a_cuda_toolkit_serves_when_no_runtime_wheel_is_there(isolated, tmp_path):
     site = _site(tmp_path / "site", cudart_majors=())
     _on_path(isolated, site)
-    real = aot._spec_locations
-    isolated.setattr(aot, "_spec_locations", lambda m: [] if m == "nvidia" else real(m))
-    isolated.setattr(aot, "_toolkit_roots", lambda: [tmp_path / "cuda-12.9", tmp_path / "cuda-13.0"])
+    real = link._spec_locations
+    isolated.setattr(link, "_spec_locations", lambda m: [] if m == "nvidia" else real(m))
+    isolated.setattr(link, "_toolkit_roots", lambda: [tmp_path / "cuda-12.9", tmp_path / "cuda-13.0"])
     for kit, major, version in (("cuda-12.9", 12, 12090), ("cuda-13.0", 13, 13000)):
         _touch(tmp_path / kit / "lib64" / "libcudart_static.a")
         _touch(tmp_path / kit / "lib64" / f"libcudart.so.{major}")
@@ -169,10 +170,10 @@ def test_metadata_is_used_where_the_files_are_recorded(tmp_path, monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "distribution", distribution)
     monkeypatch.setattr(importlib.metadata, "version", lambda name: distribution(name).version)
-    monkeypatch.setattr(aot, "_dsl_roots", list)
-    monkeypatch.setattr(aot, "dsl_cuda_major", lambda: 13)
-    monkeypatch.setattr(aot, "_spec_locations", lambda m: [])  # the RECORDs only
-    monkeypatch.setattr(aot, "_toolkit_roots", list)
+    monkeypatch.setattr(link, "_dsl_roots", list)
+    monkeypatch.setattr(link, "dsl_cuda_major", lambda: 13)
+    monkeypatch.setattr(link, "_spec_locations", lambda m: [])  # the RECORDs only
+    monkeypatch.setattr(link, "_toolkit_roots", list)
     path, major = aot.find_dialect_runtime()
     assert (path, major) == (site / "nvidia_cutlass_dsl" / "cu13" / "lib" / DIALECT, 13)
     assert aot.find_cudart(13) == (site / "nvidia" / "cu13" / "lib" / "libcudart_static.a", "13.0.96")
@@ -180,7 +181,7 @@ def test_metadata_is_used_where_the_files_are_recorded(tmp_path, monkeypatch):
 
 
 def test_no_dsl_tree_keeps_the_clear_error(isolated):
-    isolated.setattr(aot, "_spec_locations", lambda m: [])
+    isolated.setattr(link, "_spec_locations", lambda m: [])
     with pytest.raises(
         aot.AotBuildError, match=r"libcuda_dialect_runtime_static\.a not found.*install the cute extra"
     ):
@@ -189,10 +190,10 @@ def test_no_dsl_tree_keeps_the_clear_error(isolated):
 
 def test_no_cuda_runtime_of_the_flavor_is_named(isolated, tmp_path):
     _on_path(isolated, _site(tmp_path / "site", cudart_majors=(12,)))  # a CUDA 12 runtime only
-    isolated.setattr(aot, "_toolkit_roots", list)
-    real = aot._spec_locations
+    isolated.setattr(link, "_toolkit_roots", list)
+    real = link._spec_locations
     isolated.setattr(
-        aot, "_spec_locations", lambda m: [tmp_path / "site" / "nvidia"] if m == "nvidia" else real(m)
+        link, "_spec_locations", lambda m: [tmp_path / "site" / "nvidia"] if m == "nvidia" else real(m)
     )
     with pytest.raises(aot.AotBuildError, match=r"CUDA 13 runtime.*nvidia-cuda-runtime==13\.\*.*CUDA_HOME"):
         aot.toolchain()
@@ -203,6 +204,6 @@ def test_no_c_compiler_is_named(isolated, tmp_path):
     with pytest.raises(aot.AotBuildError, match="no C compiler"):
         aot.toolchain()
     isolated.delenv("CC")
-    isolated.setattr(aot.shutil, "which", lambda name: None)
+    isolated.setattr(link.shutil, "which", lambda name: None)
     with pytest.raises(aot.AotBuildError, match="none of cc, gcc, clang"):
         aot.toolchain()
