@@ -22,6 +22,11 @@
 #         (.devcache/pv holding only main's d128 / d64 objects and wr's: 1.6 MiB, built by the last line below, ~50 s)
 #         Session 22 (H100) ran call 13 in 141 s, then calls 5-8 (closing issue10 53 s, serving 69 s, both again 95 s).
 #   14    [".devcache/pv"]                            bash tools/issue10_round.sh switch_source   (session 22: cold code of each kind after a GEMM)
+#         Session 23 (H100) ran the sweep (3001 passed, 76 s; its cache built here in 414 s), sanitize (clean),
+#         tests/gpu/test_kernel_sm90.py with .devcache/sm90 (tools/prebuild_sm90.py --no-variants, 33 classes,
+#         ~5 min here; 338 passed, 21 s) and switch_source (paged 327 / ragged 229 code blocks executed).
+#         Still owed: calls 5-8 on an H200. The b bootstrap (55 MiB) and the sweep cache (31 MiB) do not fit
+#         one call's 64 MiB: carry them in calls of their own.
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
