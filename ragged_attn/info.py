@@ -72,6 +72,6 @@ def _prebuilt_summary() -> str:
             entries, reason = read_manifest(directory)
         except Exception as exc:  # the installation's own facts (the DSL) unreadable: say so, go on
             entries, reason = {}, f"{type(exc).__name__}: {exc}"
-        text = f"{directory}: {len(entries)} classes"
+        text = f"{directory}: {len(entries)} class{'es' * (len(entries) != 1)}"
         parts.append(text + (f" ({reason})" if reason else ""))
     return "; ".join(parts)

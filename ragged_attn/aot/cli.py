@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m ragged_attn aot build: --out {a.out}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     print(
-        f"wrote {len(classes)} classes ({len(manifest['classes'])} in the manifest) to {a.out} in "
+        f"wrote {len(classes)} class{'es' * (len(classes) != 1)} ({len(manifest['classes'])} in the manifest) to {a.out} in "
         f"{time.perf_counter() - t0:.0f} s; serve them with RAGGED_ATTN_AOT_DIR={os.path.abspath(a.out)}"
     )
     return 0
