@@ -121,20 +121,29 @@ def python_int(name: str, x, *, minimum: int, allow_none: bool = True, why_not_t
     return int(x)
 
 
-def flag(name: str, x, *, none_as: bool | None = None) -> bool:
-    """A boolean option as a bool: a bool, numpy's bool, or the ints 0 / 1 (None as `none_as` where
-    given). TypeError naming `name` for anything else: never `bool(x)` of a string ("false" is truthy)
-    or a tensor (ambiguous with more than one element)."""
-    if x is None and none_as is not None:
-        return none_as
+def bool_like(x) -> bool | None:
+    """x as a bool when it is one by any reasonable reading: a bool, numpy's bool, or the ints 0 / 1;
+    None for anything else (a string, a tensor, 2, None), which the caller names or passes on."""
     if isinstance(x, bool):
         return x
     if type(x).__module__ == "numpy" and type(x).__name__ in ("bool", "bool_"):  # np.True_ (numpy 2 / 1)
         return bool(x)
     if isinstance(x, numbers.Integral) and not isinstance(x, torch.Tensor) and x in (0, 1):
         return bool(x)
-    shown = f" {x!r}" if isinstance(x, (str, numbers.Number)) and len(repr(x)) <= 40 else ""
-    raise TypeError(f"{name}: expected a bool, got {type_name(x)}{shown}")
+    return None
+
+
+def flag(name: str, x, *, none_as: bool | None = None) -> bool:
+    """A boolean option as a bool (`bool_like`; None as `none_as` where given). TypeError naming
+    `name` for anything else: never `bool(x)` of a string ("false" is truthy) or a tensor
+    (ambiguous with more than one element)."""
+    if x is None and none_as is not None:
+        return none_as
+    value = bool_like(x)
+    if value is None:
+        shown = f" {x!r}" if isinstance(x, (str, numbers.Number)) and len(repr(x)) <= 40 else ""
+        raise TypeError(f"{name}: expected a bool, got {type_name(x)}{shown}")
+    return value
 
 
 def short_repr(x) -> str:

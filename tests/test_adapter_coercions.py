@@ -103,7 +103,7 @@ def test_flash_attn_return_lse_is_a_flag(adapter):
     kw = {"out": out} if adapter is fa2_varlen else {}
     kw.update(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mq, max_seqlen_k=mk)
     for bad in ("no", torch.tensor([1, 0])):
-        call = lambda: adapter(q, k, v, return_lse=bad, **kw)
+        call = lambda bad=bad: adapter(q, k, v, return_lse=bad, **kw)
         _refused(TypeError, call, "return_lse", out)
 
 

@@ -55,11 +55,8 @@ def causal_of(causal):
     bottom-right), other values are a ValueError naming causal."""
     if causal is None:
         return False
-    if isinstance(causal, numbers.Integral) and not isinstance(causal, bool) and causal in (0, 1):
-        return bool(causal)
-    if type(causal).__module__ == "numpy" and type(causal).__name__ in ("bool", "bool_"):  # np.True_ (numpy 2 / 1)
-        return bool(causal)
-    return causal
+    value = chk.bool_like(causal)
+    return causal if value is None else value
 
 
 def softcap_of(softcap):

@@ -217,8 +217,10 @@ def attention_forward(
                 "attention_mask: expected a bool or integer (B, S_k) padding mask (1 = real token), got dtype "
                 f"{chk.dtype_name(attention_mask.dtype)} (an additive 0 / -inf mask would be read inverted)"
             )
-        if attention_mask.dtype != torch.bool and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
-            raise ValueError("attention_mask: expected a padding mask of 0 and 1 (1 = real token), got other values")
+        # Values other than 0 / 1: counted here, read back with the lengths' maxima below (one host read).
+        not_01 = None
+        if attention_mask.dtype != torch.bool:
+            not_01 = ((attention_mask != 0) & (attention_mask != 1)).sum(dtype=torch.int32)
         mask = attention_mask.to(torch.bool)
         if mask.shape[0] != batch or mask.shape[1] > kv_len:
             raise ValueError(f"attention_mask: expected (B = {batch}, <= {kv_len}) keys, got {tuple(mask.shape)}")
@@ -243,7 +245,10 @@ def attention_forward(
             lens_q = mq.sum(-1, dtype=torch.int32)
             idx_q = mq.reshape(-1).nonzero().reshape(-1)
             cu_q = torch.nn.functional.pad(lens_q.cumsum(0, dtype=torch.int32), (1, 0))
-        max_q, max_k = _host_int(lens_q.max()), _host_int(lens_k.max())  # one sync, as flash_attention_2
+        read = [lens_q.max(), lens_k.max()] + ([not_01] if not_01 is not None else [])
+        max_q, max_k, *bad = torch.stack(read).tolist()  # one host read, as flash_attention_2's
+        if bad and bad[0]:
+            raise ValueError("attention_mask: expected a padding mask of 0 and 1 (1 = real token), got other values")
         with caller_names(_NAMES):
             o = ragged_attn.attention(_rows(query)[idx_q], _rows(key)[idx_k], _rows(value)[idx_k], cu_q, cu_k,
                                       max_q, max_k, **opts)  # fmt: skip
