@@ -125,6 +125,18 @@ def test_every_class_has_the_batch_order_beside_what_it_had():
             TileConfig(128, 128, batch_order=bad)
 
 
+def test_l2_groups_are_capped_where_measured():
+    """TileConfig.l2_group_max: 16 query heads for the d128 classes, 8 for d192 (session 24's
+    measurements, tile_config), ragged and paged alike (one scheduler); the other classes uncapped;
+    the field takes 0 or a head count."""
+    want = {(128, 128): 16, (192, 128): 8}
+    for (dq, dv), mask, kv in itertools.product(HEAD_DIM_CLASSES, ("none", "causal", "window"), ("ragged", "paged")):
+        lc = LayoutClass("sm_90a", dq, dv, "bf16", "bf16", mask, True, kv)
+        assert tile_config(lc).l2_group_max == want.get((dq, dv), 0), lc.name
+    with pytest.raises(ValueError, match="l2_group_max"):
+        TileConfig(128, 128, l2_group_max=-1)
+
+
 def test_two_q_buffers_exactly_where_o_has_its_own():
     """q_stages=2 for every class whose O keeps a whole tile's buffer (d <= 128, ragged and paged), 1
     where O is staged in Q's smem or 64 rows at a time (d192); two Q buffers with O in Q's buffer are

@@ -23,7 +23,9 @@ def _orders(batch_order):
     return (256, True) if batch_order == "mix" else (batch_order, False)
 
 
-def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False, batch_order=0):
+def _cover(
+    lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False, batch_order=0, group_max=0,
+):
     batch_order, stream_mix = _orders(batch_order)
     num_wg = tile_m // ROW_BLOCK
     _, _, _, packed, num_tiles = launch_schedule_ref(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes)
@@ -32,7 +34,7 @@ def _cover(lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512, 
     for t in range(num_tiles):
         unit, tile, b, has_rows, pack_r, _ = decode_tile_ref(
             t, lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes, kv_head_groups, batch_order=batch_order,
-            stream_mix=stream_mix,
+            stream_mix=stream_mix, group_max=group_max,
         )  # fmt: skip
         kv_heads = set()
         # The items as the producer hands them over: a packed sequence's partial tile first.
@@ -83,6 +85,27 @@ def test_l2_groups_keep_the_cover(pack, kv_head_groups):
     _cover([1000, 300, 70], [1000, 5000, 70], 12, 3, 192, pack, token_bytes=1 << 14, kv_head_groups=kv_head_groups)
     _cover([700], [700], 16, 2, 128, pack, token_bytes=1 << 15, kv_head_groups=kv_head_groups)
     _cover([16384], [16384], 32, 8, 128, pack, kv_head_groups=kv_head_groups)
+
+
+@pytest.mark.parametrize("group_max", [1, 5, 16, 32])
+@pytest.mark.parametrize("pack", [False, "always"])
+def test_capped_l2_groups_keep_the_cover(pack, group_max):
+    # TileConfig.l2_group_max caps the heads of a group; the re-deal stays a bijection.
+    _cover([512] * 4, [512] * 4, 128, 128, 128, pack, token_bytes=640, group_max=group_max)
+    _cover([1000, 300, 70], [1000, 5000, 70], 12, 3, 192, pack, token_bytes=1 << 14, group_max=group_max)
+    _cover([700, 513], [700, 513], 48, 8, 128, pack, token_bytes=1 << 15, group_max=group_max, batch_order=256)
+
+
+def test_capped_l2_groups_bring_a_heads_row_tiles_together():
+    """DeepSeek 4 x 512 (128/128 heads, d 192/128: 640 bytes of K and V per token and head): the
+    uncapped group holds 102 heads, so a head's 4 row tiles lie 102 linear indices apart; capped at
+    16, 16 apart (the first 64 indices: the 4 row tiles of heads 0..15)."""
+    args = ([512] * 4, [512] * 4, 128, 128, 128, False)
+    spans = {}
+    for cap in (0, 16):
+        first = [decode_tile_ref(t, *args, token_bytes=640, group_max=cap)[:2] for t in range(64)]
+        spans[cap] = (len({u for u, _ in first}), sorted({tile for _, tile in first}))
+    assert spans[0] == (64, [3]) and spans[16] == (16, [0, 1, 2, 3])
 
 
 def test_l2_groups_count_query_or_kv_heads():

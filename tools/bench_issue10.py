@@ -43,6 +43,7 @@ ROWS = (
     ("2x8192 h64/8 d128 causal", [8192] * 2, 64, 8, 128, True),
     ("2x8192 h64/8 d128 nomask", [8192] * 2, 64, 8, 128, False),
     ("mixed14 h32/8 d128 causal", issue10_lengths(), 32, 8, 128, True),
+    ("mixed14 h64/8 d128 causal", issue10_lengths(), 64, 8, 128, True),  # the serving suite's llama3-70b
     ("mixed14 h32/8 d64 causal", issue10_lengths(), 32, 8, 64, True),
     ("mixed14 h32/8 d32 causal", issue10_lengths(), 32, 8, 32, True),
     ("mixed14 h32/8 d96 causal", issue10_lengths(), 32, 8, 96, True),

@@ -78,7 +78,7 @@
 #     --no-variants --jobs 1 --classes sm_90a-d192x128-bf16-bf16-causal-lse-ragged ${v:+--config ${v#*:}}; done
 #   DIMS="128 64" bash tools/paged_variants_round.sh build wr=paged_warp_release=1
 set -o pipefail
-mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|sanitize}
+mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|sanitize}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -153,6 +153,22 @@ ncu)
       --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
       python3 tools/ncu_paged_driver.py paged > $OUT/ncu_p$1_o$2_w$3_s$4.log 2>&1
     echo "page $1 in_order $2 window $3 spread $4:"; grep -E "dram__|lts__|gpu__time" $OUT/ncu_p$1_o$2_w$3_s$4.log
+  done
+  ;;
+ncu_rows)
+  # Session 24: DRAM bytes, L2 hit rate and time of each kernel of issue 10's rows (tools/ncu_issue10.py;
+  # ours from RAGGED_ATTN_SM90_PREBUILT, default .devcache/d192x) beside the peers, caches flushed
+  # before each kernel (ncu's default): does a row move more bytes than its tensors hold?
+  export RAGGED_ATTN_SM90_PREBUILT=${RAGGED_ATTN_SM90_PREBUILT:-$PWD/.devcache/d192x}
+  IFS=';' read -ra ROWSET <<< "${NCU_ROWS:-4x512 h128/128 d192;16x256 h128/128 d192;64x128 h128/128 d192}"
+  IFS=',' read -ra IMPLS <<< "${NCU_IMPLS:-ours,cuDNN SDPA padded}"
+  for row in "${ROWSET[@]}"; do
+    echo "=== $row"
+    timeout ${NCU_S:-120} ncu --clock-control none --profile-from-start off \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
+      python3 tools/ncu_issue10.py "$row" "${IMPLS[@]}" > $OUT/ncu_rows.log 2>&1
+    grep -E "^profiled|^  [a-zA-Z_]|dram__|lts__|gpu__time|sm__thr|launch__grid|Error" $OUT/ncu_rows.log | cut -c1-150
+    name=${row// /_}; cp $OUT/ncu_rows.log "$OUT/ncu_rows_${name//\//-}.log"
   done
   ;;
 switch)

@@ -75,6 +75,12 @@ class TileConfig:
     # in query heads, as if each read K/V of its own (fewer heads per group under GQA). Measured
     # (session 7): within noise; kept off for measurement only.
     l2_kv_head_groups: bool = False
+    # At most this many query heads per L2 group (0: as many as L2_KV_BYTES holds). The units-fastest
+    # order inside a group puts a head's next row tile `group` tiles after its last, so a group of
+    # many short heads (DeepSeek 4 x 512: 102 heads of 320 KiB) re-reads K/V that the group's other
+    # heads and the tiles' Q / O pushed out of L2 (ncu, H100, session 24: 288.7 MB of DRAM reads
+    # against the tensors' 268.4 MB, cuDNN 268.5).
+    l2_group_max: int = 0
     # The producer issues a tile's Q load before its first K block (ragged and paged); off: after
     # it, so the K stage the MMA warpgroups wait for first is not queued behind Q. On for d128 (two
     # K/V stages: off, a tile's Q waits behind its first K stage's acquire); within noise at d64,
@@ -209,6 +215,8 @@ class TileConfig:
             raise ValueError(f"TileConfig.producer_regs: expected 0 or a multiple of 8 in [24, 256], got {self.producer_regs}")
         if self.batch_order and not 2 <= self.batch_order <= 1024:
             raise ValueError(f"TileConfig.batch_order: expected 0 or a sequence count in [2, 1024], got {self.batch_order}")
+        if self.l2_group_max < 0:
+            raise ValueError(f"TileConfig.l2_group_max: expected 0 (no cap) or a head count >= 1, got {self.l2_group_max}")
         if self.l2_hints not in (0, 1, 2):
             raise ValueError(f"TileConfig.l2_hints: expected 0, 1 or 2, got {self.l2_hints}")
         if self.q_stages not in (1, 2):
@@ -541,17 +549,29 @@ def _tiles(layout_class) -> TileConfig:
         # (nothing to mix) within +-0.4%. GPU tests ran with it on the d128 classes (163 passed, and
         # tests/gpu/test_batch_order_gpu.py 15); the softcap class keeps its kernel until a sorted
         # softcap batch runs with it (test_softcap_sinks_gpu.py passed with it, but sorts none).
+        # l2_group_max 16: H100, session 24 (interleaved, two runs): llama3-70b's mixed batch (the
+        # 14 sequences at 64/8 heads, where sequences of 1,025 to 2,047 keys form L2 groups of 32 to
+        # 64 heads) 0.8166 -> 0.7983 and 0.8073 -> 0.7933 ms; at 32/8 heads (no group) unchanged.
         paged = layout_class.kv == "paged"
         rows = _rows(layout_class)
         return TileConfig(
             128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=rows,
             page_tma=128 if paged else 0, page_tma_small=16 if paged else 0, page_box_warps=4 if paged else 1,
             paged_fence_gathered_only=paged, stream_mix=rows and not getattr(layout_class, "softcap", False),
+            l2_group_max=16,
         )  # fmt: skip
     if d_qk <= 192:
         # o_turn_every_thread: H200, session 16 (interleaved; DeepSeek shapes, 128/128 heads, d
         # 192/128, causal): 1 x 16384 693.9 -> 717.7 TFLOP/s [FA4 705.9, FA3 676.3], mixed14 511.4
         # -> 513.7 [FA3 504.5], 4 x 512 312.6 -> 320.2 [cuDNN 310.3], 16 x 256 224.9 -> 228.5
         # [218.7], 64 x 128 133.8 -> 133.8 [cuDNN 134.3].
-        return TileConfig(128, 128, 2, pingpong=False, overlap=True, o_turns=True, o_turn_every_thread=True, **boxes)
+        # l2_group_max 8: H100, session 24 (interleaved, two runs, ms; DeepSeek shapes): 4 x 512
+        # 0.1558 -> 0.1367 and 0.1564 -> 0.1388 [cuDNN padded SDPA 0.1445] (ncu: the uncapped group of
+        # 102 heads read 288.7 MB from DRAM, cuDNN 268.5, the tensors 268.4), mixed14 2.1972 -> 2.1001
+        # and 2.1961 -> 2.1015; 64 x 128, 16 x 256 and 1 x 16384 (3 heads a group) within +-0.5%.
+        # Caps of 16 | 32: 4 x 512 0.1367 | 0.1391, mixed14 2.1366 | 2.1950, and 1 x 16384 1.5-3%
+        # slower with the same schedule (a binary's code placement? 8 and main agree).
+        return TileConfig(
+            128, 128, 2, pingpong=False, overlap=True, o_turns=True, o_turn_every_thread=True, l2_group_max=8, **boxes
+        )  # fmt: skip
     return TileConfig(128, 80, 2, pingpong=False, overlap=True)

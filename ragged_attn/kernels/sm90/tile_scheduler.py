@@ -290,6 +290,7 @@ def decode_tile(
     num_splits: Int32 = 1,  # split-KV splits per (unit, slot): the fastest digit of t
     row_mult: Int32 = 1,  # row packing: g = H_q / H_kv packed rows per token (pack_r 1); else 1
     order=None,  # TileConfig.batch_order: (sorted, sPrefix, sOrder) of `sort_batch`; None: the caller's order
+    group_max: cutlass.Constexpr[int] = 0,  # TileConfig.l2_group_max: at most this many heads per L2 group (0: no cap)
 ):
     """(unit, tile, batch_idx, has_rows, seqlen, split) of linear tile index t (see the module);
     has_rows == 0: nothing to compute (at most padded LSE rows past len_q to fill); split: which of
@@ -346,6 +347,8 @@ def decode_tile(
             # order units-fastest ranks them (`l2_group`).
             head_bytes = Float32(seqlen.len_k) * Float32(token_bytes)
             fit = Int32(Float32(L2_KV_BYTES) / head_bytes)
+            if const_expr(group_max):
+                fit = cutlass.min(fit, Int32(group_max))
             group = l2_group(fit, ratio, kv_head_groups) // pack_r
             if row_mult != 1:
                 group = cutlass.max(fit, 1)  # units (K/V heads) whose K/V fit
@@ -467,7 +470,7 @@ def mixed_tile_ref(t: int, bound: int, num_tiles: int) -> int:
 
 def decode_tile_ref(
     t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False,
-    num_splits=1, pack_rows=False, batch_order=0, stream_mix=False,
+    num_splits=1, pack_rows=False, batch_order=0, stream_mix=False, group_max=0,
 ):  # fmt: skip
     """Pure-Python twin of `decode_tile` (with the launch's counts): (unit, tile, batch_idx,
     has_rows, pack_r, split), for tests. With row packing (pack_rows; `row_mult_ref` > 1) tile is
@@ -508,6 +511,8 @@ def decode_tile_ref(
         heads_counted = num_units
     if slot < tiles_q and lens_k[b] * heads_counted * token_bytes > L2_KV_BYTES:
         fit = int(L2_KV_BYTES / (lens_k[b] * token_bytes))
+        if group_max:
+            fit = min(fit, group_max)
         group = (max(fit, 1) * ratio if kv_head_groups else max(fit // ratio, 1) * ratio) // pack_r
         if row_mult != 1:
             group = max(fit, 1)
