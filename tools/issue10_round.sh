@@ -171,6 +171,37 @@ ncu_rows)
     name=${row// /_}; cp $OUT/ncu_rows.log "$OUT/ncu_rows_${name//\//-}.log"
   done
   ;;
+ncu_paged_rows)
+  # Session 24: the paged class's steady state against the ragged one's (ncu serializes the launches,
+  # so no switch cost), d128 longtail14 and 1 x 8192: ragged, paged page 16 and 128, caches flushed
+  for lens in "" 8192; do
+    for which in "ragged 16" "paged 16" "paged 128"; do
+      set -- $which
+      NCU_PAGE=$2 PAGED_BENCH_LENS=$lens RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv \
+        timeout 90 ncu --clock-control none -k regex:RaggedForwardSm90 --launch-skip 1 --launch-count 1 \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio \
+        python3 tools/ncu_paged_driver.py $1 > $OUT/ncu_pr.log 2>&1
+      echo "=== ${lens:-longtail14} $1 page $2"; grep -E "dram__|lts__|gpu__time|sm__thr|smsp__|Error|ERR" $OUT/ncu_pr.log
+    done
+  done
+  ;;
+ncu_paged_source)
+  # Session 24: where the paged class's extra L2 sectors and long-scoreboard stalls sit (per SASS
+  # line), d128 1 x 8192 (and longtail14), ragged against paged page 128 (the same one box a stage)
+  for lens in 8192 ""; do
+    for which in "ragged 16" "paged 128"; do
+      set -- $which
+      tag=${lens:-longtail14}_$1_$2
+      NCU_PAGE=$2 PAGED_BENCH_LENS=$lens RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv \
+        timeout 150 ncu --clock-control none -k regex:RaggedForwardSm90 --launch-skip 1 --launch-count 1 \
+        --section SourceCounters --section WarpStateStats --section MemoryWorkloadAnalysis_Tables -f -o /tmp/nps_$tag \
+        python3 tools/ncu_paged_driver.py $1 > $OUT/nps_$tag.log 2>&1
+      ncu --import /tmp/nps_$tag.ncu-rep --page source --csv --print-source sass | gzip > $OUT/nps_$tag.csv.gz
+      ncu --import /tmp/nps_$tag.ncu-rep --page details --print-details all > $OUT/nps_$tag.txt 2>&1
+      echo "=== $tag: $(zcat $OUT/nps_$tag.csv.gz | wc -l) sass lines"; grep -E "Duration|Warp Cycles Per Issued" $OUT/nps_$tag.txt | head -3
+    done
+  done
+  ;;
 switch)
   probe_round 90 0 "128 16 $short" "128 16 " "128 16 8192" "64 16 $short" "128 128 $short" "128 5 $short" \
     | tee $OUT/switch.log
