@@ -206,15 +206,6 @@ def test_crossing_block_k_by_box_compiles_without_spills(capfd):
     compile_without_spills(lc, capfd, dataclasses.replace(tile_config(lc), page_crossing_k_box=True))
 
 
-def test_page_box_lead_compiles_without_spills_and_needs_boxes(capfd):
-    """TileConfig.page_box_lead (a measurement variant, session 24): warp 0 alone takes the
-    page_tma blocks; the d128 paged class compiles without spills; it needs page_tma."""
-    lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "causal", True, "paged")
-    compile_without_spills(lc, capfd, dataclasses.replace(tile_config(lc), page_box_lead=True))
-    with pytest.raises(ValueError, match="page_box_lead"):
-        TileConfig(128, 128, page_box_lead=True)
-
-
 @pytest.mark.parametrize("kv", ["ragged", "paged"])
 def test_stream_mix_on_the_d128_causal_classes_compiles_without_spills(kv, capfd):
     """TileConfig.stream_mix (session 17): the d128 causal classes ship it beside the batch order

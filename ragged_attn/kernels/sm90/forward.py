@@ -233,7 +233,6 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
         self.page_tma_small = config.page_tma_small if paged else 0  # the second box, for the other page sizes
         self.page_box_warps = config.page_box_warps  # producer warps issuing a block's boxes
-        self.page_box_lead = config.page_box_lead and paged  # page_tma blocks: warp 0 alone
         self.page_prefetch = config.page_prefetch and paged  # boxes prefetched into L2 before the stage acquire
         self.page_box_crossing = config.page_box_crossing and paged  # the crossing block's whole runs by boxes too
         self.page_crossing_k_box = config.page_crossing_k_box and paged  # the crossing block's K by its page_tma box

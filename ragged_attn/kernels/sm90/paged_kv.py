@@ -266,7 +266,6 @@ class PagedKV:
     def load_boxes(
         self, tma_atom: cute.CopyAtom, tma_pool: cute.Tensor, sX: cute.Tensor, bar, num_bytes: int, d: int,
         warp_idx: Int32, page: Int32, slot: Int32, box_rows: cutlass.Constexpr[int] = 0,
-        lead: cutlass.Constexpr[bool] = False,
     ):  # fmt: skip
         """A key block's (tile_n, d) tile sX by TMA boxes (a block wholly inside len_k; page, slot:
         what `fetch_box_pages` read for it, held by the lanes that issue the boxes): lane 0 of warp
@@ -278,8 +277,7 @@ class PagedKV:
         the 128 producer threads). A box of another warp may complete its bytes before warp 0's
         expect: the barrier's tx-count may go below zero, and the phase cannot complete before warp
         0's arrival. tma_pool: this K/V head's box coordinates, (page_size, d, num_pages). box_rows
-        0: the instance's. lead (TileConfig.page_box_lead, warp 0 alone calls it): lane 1 of warp
-        0 arrives for the other 127 producer threads."""
+        0: the instance's."""
         box_rows = box_rows or self.box_rows
         per_warp = self.boxes_per_warp(box_rows)
         lane = cute.arch.lane_idx()
@@ -292,7 +290,7 @@ class PagedKV:
                 self.issue_box(tma_atom, tma_pool, sX, bar, d, page, slot, box_rows, j, warp_idx * per_warp + j)
         if warp_idx == 0:
             if lane == 1:
-                cute.arch.mbarrier_arrive(bar, arrive_count=127 if const_expr(lead) else 31)  # lanes 1 .. 31 (and warps 1-3)
+                cute.arch.mbarrier_arrive(bar, arrive_count=31)  # for lanes 1 .. 31
         else:
             if lane == 0:
                 cute.arch.mbarrier_arrive(bar, arrive_count=32)  # for the warp

@@ -5,8 +5,7 @@ page size allows: `box_kind`, `box_block`), on `PipelineCpAsync` stage barriers 
 writer signal.
 
 Attributes the mixin reads (set by RaggedForwardSm90.__init__): dtype, d_qk, d_v, tile_n, q_first,
-page_tma, page_tma_small, page_box_warps, page_box_crossing, page_crossing_k_box, page_tma_rows, page_box_lead,
-page_prefetch, l2_hints,
+page_tma, page_tma_small, page_box_warps, page_box_crossing, page_crossing_k_box, page_tma_rows, page_prefetch, l2_hints,
 bytes_k, bytes_v, and
 forward.py's schedule methods and producer.py's `load_q`."""
 
@@ -174,18 +173,7 @@ class PagedProducer:
         """Block i of a paged tile (key block n_block): K then V, by the 128 threads' cp.async
         gather, or (by_box: a block wholly inside len_k) by warp 0's TMA boxes, page_tma's (1) or
         page_tma_small's (2); the next block's page-table reads start before the stage waits, Q
-        goes after K where not q_first. With page_box_lead a page_tma block (1) is warp 0's alone
-        (it arrives for warps 1-3, which skip it; their stage state still advances in the caller)."""
-        if const_expr(self.page_box_lead and by_box == 1):
-            warp_idx = block[0][12]
-            if warp_idx == 0:
-                self.load_paged_block_body(block, by_box, True)
-        else:
-            self.load_paged_block_body(block, by_box, False)
-
-    @cute.jit
-    def load_paged_block_body(self, block, by_box: cutlass.Constexpr[int], lead: cutlass.Constexpr[bool]):
-        """`load_paged_block`'s loads (lead: warp 0 alone, page_box_lead)."""
+        goes after K where not q_first."""
         loads, kv, box_ok, head_kv, i, n_blocks, n_block, seqlen, tile, unit, q_state, kv_state, items = block
         q_tma, mK, mV, mPageTable, sQ, sK, sV, tma_atom_Q, gather_copy, pipe_q, pipe_k, pipe_v, warp_idx, sched, boxes = loads
         page, slot = None, None
@@ -205,21 +193,21 @@ class PagedProducer:
             kv.prefetch_boxes(box[0], self.box_head(box[1], head_kv), sK[None, None, 0], self.d_qk, warp_idx, page, slot, small)
             kv.prefetch_boxes(box[2], self.box_head(box[3], head_kv), sV[None, None, 0], self.d_v, warp_idx, page, slot, small)
         # page_crossing_k_box (by_box 4): K by the page_tma box, V by the gather
-        self.load_paged_stage(stage, pipe_k, sK, box[0], box[1], self.bytes_k, self.d_qk, True, 1 if by_box == 4 else by_box, lead)
+        self.load_paged_stage(stage, pipe_k, sK, box[0], box[1], self.bytes_k, self.d_qk, True, 1 if by_box == 4 else by_box)
         if const_expr(not self.q_first and self.traces_q(items)):
             if i == 0:
                 if warp_idx == 0:
                     self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, sched[2], items, sched[12])
-        self.load_paged_stage(stage, pipe_v, sV, box[2], box[3], self.bytes_v, self.d_v, False, 0 if by_box == 4 else by_box, lead)
+        self.load_paged_stage(stage, pipe_v, sV, box[2], box[3], self.bytes_v, self.d_v, False, 0 if by_box == 4 else by_box)
 
     @cute.jit
     def load_paged_stage(
         self, stage, pipe, sX, box_atom, box_coords, nbytes: cutlass.Constexpr[int], d: cutlass.Constexpr[int],
-        is_k: cutlass.Constexpr[bool], by_box: cutlass.Constexpr[int], lead: cutlass.Constexpr[bool] = False,
+        is_k: cutlass.Constexpr[bool], by_box: cutlass.Constexpr[int],
     ):  # fmt: skip
         """One K or V stage of `load_paged_block`: acquire it, then warp 0's TMA boxes (by_box 1:
         page_tma's, 2: page_tma_small's; the box's expected bytes on the stage barrier) or the 128
-        threads' cp.async gather, committed. lead: warp 0 alone (page_box_lead)."""
+        threads' cp.async gather, committed."""
         kv, kv_state, n_block, head_kv, warp_idx, page, slot = stage
         pipe.producer_acquire(kv_state)
         if const_expr(by_box == 3):
@@ -236,7 +224,7 @@ class PagedProducer:
             kv.load_boxes(
                 box_atom, self.box_head(box_coords, head_kv), sX[None, None, kv_state.index],
                 pipe.producer_get_barrier(kv_state), nbytes, d, warp_idx, page, slot,
-                self.page_tma_small if const_expr(by_box == 2) else 0, lead,
+                self.page_tma_small if const_expr(by_box == 2) else 0,
             )  # fmt: skip
         else:
             kv.load(n_block, sX[None, None, kv_state.index], is_k)

@@ -130,14 +130,6 @@ class TileConfig:
     # 1 x 8192 0.949 0.956 0.975 against main's 0.936 0.941 0.971, longtail14 0.875 0.929 0.942
     # against 0.881 0.920 0.947, 64 x 128 0.888 0.987 0.981 against 0.905 0.983 0.977 (GPU tests pass).
     paged_warp_release: bool = False
-    # Paged classes with page_tma: the key blocks that arrive as one page_tma box per stage (box_kind
-    # 1, pools whose page size is a multiple of page_tma) are producer warp 0's alone: it arrives on
-    # the stage barrier for the 96 threads of warps 1-3, which skip those blocks (no page-table read,
-    # no stage wait, no arrive) and take part only in a tile's gathered block crossing len_k (its
-    # first). ncu (H100, session 24, 1 x 8192 at page 128, warm): the paged launch 2.8% slower than
-    # the ragged one with the same boxes, its MMA loop's stalls alike, warps 1-3 awake on every stage.
-    # A measurement variant.
-    page_box_lead: bool = False
     # Registers of the producer warpgroup (setmaxnreg) where not 0: the MMA warpgroups get what is
     # left. 0: the class's own split (24; paged 40; paged with TMA boxes 56). A measurement variant.
     producer_regs: int = 0
@@ -217,8 +209,6 @@ class TileConfig:
             raise ValueError("TileConfig.page_crossing_k_box: not with page_box_crossing (one crossing-block path)")
         if self.page_tma_rows and not self.page_tma:
             raise ValueError("TileConfig.page_tma_rows: needs page_tma (the boxes it issues)")
-        if self.page_box_lead and not self.page_tma:
-            raise ValueError("TileConfig.page_box_lead: needs page_tma (the boxes warp 0 issues alone)")
         if self.page_prefetch and not self.page_tma:
             raise ValueError("TileConfig.page_prefetch: needs page_tma (the boxes it prefetches)")
         if self.producer_regs and (self.producer_regs % 8 or not 24 <= self.producer_regs <= 256):
