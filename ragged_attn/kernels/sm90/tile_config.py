@@ -460,6 +460,22 @@ def tile_config(layout_class) -> TileConfig:
       against 51.6 / 48.8 (56 bytes of spills in its 32 producer
       registers); interleaved paged / ragged equal or 1-3% worse. Not taken (commit 8777bd8 holds
       it): the second copy of the load code is not what the cold instruction cache costs.
+    Measured on an H100 (80 GB HBM3), 2026-12-07 (session 24; docs/benchmarks/2026-12-07-h100-issue10-session24):
+    - l2_group_max (the `_tiles` comments: d192 8, d128 16).
+    - Paged d128 under ncu (launches serialized: no switch cost), paged page 128 against ragged,
+      the same one box a stage: 1 x 8192 782 against 761 us, longtail14 118 against 106 us; DRAM
+      bytes and L2 misses equal; the MMA loop's stall reasons alike (its share of "barrier", the
+      ping-pong turn, 8.9% against 6.6%); 17.5M more warp instructions on 1 x 8192 (page 16: 47M,
+      ~700 a key block, the four warps' boxes). Three variants, interleaved, paged / ragged at page
+      16 | 64 | 128, two runs (8 and 12 rounds): page_box_lead (page_tma blocks producer warp 0's
+      alone, warps 1-3 skip them and warp 0 arrives for them) 1 x 8192 0.946 0.950 0.970 | 0.952
+      0.959 0.973 against main 0.951 0.957 0.967 | 0.950 0.959 0.975, longtail14 0.889 0.935 0.957 |
+      0.882 0.933 0.953 against 0.890 0.934 0.951 | 0.884 0.932 0.948; page_tma_rows (one TMA
+      instruction a box) 0.949 0.962 0.974 | 0.956 0.960 0.976 and 0.892 0.941 0.951 | 0.890 0.940
+      0.950; page_box_warps 2 0.937 0.946 0.961 and 0.871 0.915 0.944 (one run). None taken
+      (page_box_lead's code removed again: commit 87e5ffe holds it): the warps 1-3 that wake on
+      every stage are not the page-128 gap, and halving the boxes' TMA instructions moves page 16
+      by under 1%.
     """
     cfg = _tiles(layout_class)
     d_qk, d_v = layout_class.d_qk, layout_class.d_v
