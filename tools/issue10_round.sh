@@ -136,7 +136,7 @@ closing)
 closing_paged)
   # the paged rows of the closing table: main's d128 kernel beside FA4 and cuDNN (each against its
   # own ragged row too), page 16 / 64 / 128, shuffled pools and page 16 in order
-  for b in long tail short; do
+  for b in ${BATCHES:-long tail short}; do
     case $b in long) lens=8192;; tail) lens="";; short) lens=$short;; esac
     echo "=== d128 $b"
     PAGED_BENCH_LENS=$lens PAGED_BENCH_FA4=1 PAGED_BENCH_IN_ORDER=16 PAGED_BENCH_INTERLEAVED=${ROUNDS:-12} \

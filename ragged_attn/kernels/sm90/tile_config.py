@@ -475,7 +475,10 @@ def tile_config(layout_class) -> TileConfig:
       0.950; page_box_warps 2 0.937 0.946 0.961 and 0.871 0.915 0.944 (one run). None taken
       (page_box_lead's code removed again: commit 87e5ffe holds it): the warps 1-3 that wake on
       every stage are not the page-128 gap, and halving the boxes' TMA instructions moves page 16
-      by under 1%.
+      by under 1%. producer_regs 40 (0 spills now; the MMA warpgroups 232 registers) | 32 (64
+      bytes of producer spills; MMA 240) against the class's 56 (MMA 224), 12 rounds: 1 x 8192
+      0.947 0.953 0.972 | 0.927 0.932 0.947 against 0.951 0.958 0.973, longtail14 0.868 0.914 0.939
+      | 0.851 0.891 0.906 against 0.876 0.925 0.944: the MMA warpgroups' register budget is not it.
     """
     cfg = _tiles(layout_class)
     d_qk, d_v = layout_class.d_qk, layout_class.d_v
