@@ -68,7 +68,11 @@ groups of query heads: G heads take all their tiles, G heads per slot, before th
 (a partial last group allowed). G = L2_KV_BYTES / (one head's K/V bytes) query heads rounded down
 to whole GQA groups (`l2_group`): under GQA this is fewer heads than FlashAttention 3's dense
 scheduler groups, which counts K/V heads and multiplies by the GQA ratio (TileConfig
-l2_kv_head_groups builds that count, for measurement). Measured on an
+l2_kv_head_groups builds that count, for measurement). TileConfig.l2_group_max caps G (d192 8,
+d128 16 query heads): inside a group a head's next row tile comes G linear indices after its last,
+so a large group of short heads (DeepSeek 4 x 512: 102 heads) saw part of its K/V leave L2 between
+its row tiles (ncu, H100: 288.7 MB of DRAM reads for 268.4 MB of tensors; capped, 4 x 512 ran
+0.156 -> 0.137 ms). Measured on an
 H200, 2026-11-30 (d128 causal, non-persistent grid): 2 x 8192 at 64/8 heads 593 -> 615 TFLOP/s;
 DeepSeek 1 x 16384 (128/128, d 192/128) 502 -> 663; short batches unchanged.
 """
