@@ -27,6 +27,13 @@
 #         ~5 min here; 338 passed, 21 s) and switch_source (paged 327 / ragged 229 code blocks executed).
 #         Still owed: calls 5-8 on an H200. The b bootstrap (55 MiB) and the sweep cache (31 MiB) do not fit
 #         one call's 64 MiB: carry them in calls of their own.
+#   15    [".devcache/b", ".devcache/d192x"]           source .devcache/b/bootstrap.sh >/dev/null 2>&1; bash tools/issue10_round.sh ncu_rows
+#         Session 24 (H100): DRAM bytes of DeepSeek's short rows beside cuDNN (52 s) -> TileConfig.l2_group_max;
+#         ncu_paged_rows / ncu_paged_source ([".devcache/pv"], 53 / 88 s: the paged class's steady state),
+#         closing_paged with BATCHES="tail short long" ROUNDS=8 BENCH_S=140 (81 s: FA4's JIT is seconds, not
+#         minutes), the sweep (85 s), GPU tests (162 + 85 s) and calls 5-8 (43 + 56 + 74 s).
+#         .devcache/d192x: this tree's d128 / d192 / d64 causal LSE ragged objects and variant folders
+#         (tools/prebuild_sm90.py --config l2_group_max=N).
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
