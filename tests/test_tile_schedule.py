@@ -90,10 +90,29 @@ def test_l2_groups_keep_the_cover(pack, kv_head_groups):
 @pytest.mark.parametrize("group_max", [1, 5, 16, 32])
 @pytest.mark.parametrize("pack", [False, "always"])
 def test_capped_l2_groups_keep_the_cover(pack, group_max):
-    # TileConfig.l2_group_max caps the heads of a group; the re-deal stays a bijection.
+    # TileConfig.l2_group_max caps the heads of a group (`fit`, before the rounding to whole GQA
+    # groups); the re-deal stays a bijection. The uncapped fits: 102 (4 x 512, 128 heads of 640-byte
+    # tokens), 21 and 46 (48/8 heads of 1 KiB tokens: the ratio 6 rounds the capped fit down to
+    # whole groups, at least one), and 5 K/V heads (4 KiB tokens) with kv_head_groups and under row
+    # packing.
     _cover([512] * 4, [512] * 4, 128, 128, 128, pack, token_bytes=640, group_max=group_max)
-    _cover([1000, 300, 70], [1000, 5000, 70], 12, 3, 192, pack, token_bytes=1 << 14, group_max=group_max)
-    _cover([700, 513], [700, 513], 48, 8, 128, pack, token_bytes=1 << 15, group_max=group_max, batch_order=256)
+    _cover([700, 1500], [700, 1500], 48, 8, 128, pack, token_bytes=1024, group_max=group_max, batch_order=256)
+    _cover([700, 1500], [700, 1500], 48, 8, 192, pack, token_bytes=4096, kv_head_groups=True, group_max=group_max)
+    _cover_rows([700, 1500, 3], [700, 1500, 900], 48, 8, 128, token_bytes=4096, group_max=group_max)
+
+
+def test_the_cap_changes_the_order_it_should():
+    """The cap moves tiles where the uncapped group is larger than it, and nowhere else (a group
+    of 3 heads under a cap of 8: 1 x 16384 at d 192/128, 128 heads)."""
+
+    def order(lens, hq, hkv, token_bytes, cap, **kw):
+        _, _, _, _, n = launch_schedule_ref(lens, lens, hq, hkv, 128, False, token_bytes=token_bytes)
+        return [decode_tile_ref(t, lens, lens, hq, hkv, 128, False, token_bytes=token_bytes, group_max=cap, **kw)[:3]
+                for t in range(n)]  # fmt: skip
+
+    assert order([16384], 128, 128, 640, 8) == order([16384], 128, 128, 640, 0)
+    assert order([512] * 4, 128, 128, 640, 8) != order([512] * 4, 128, 128, 640, 0)
+    assert order([700, 1500], 48, 8, 4096, 2, kv_head_groups=True) != order([700, 1500], 48, 8, 4096, 0, kv_head_groups=True)
 
 
 def test_capped_l2_groups_bring_a_heads_row_tiles_together():
@@ -101,11 +120,9 @@ def test_capped_l2_groups_bring_a_heads_row_tiles_together():
     uncapped group holds 102 heads, so a head's 4 row tiles lie 102 linear indices apart; capped at
     16, 16 apart (the first 64 indices: the 4 row tiles of heads 0..15)."""
     args = ([512] * 4, [512] * 4, 128, 128, 128, False)
-    spans = {}
-    for cap in (0, 16):
-        first = [decode_tile_ref(t, *args, token_bytes=640, group_max=cap)[:2] for t in range(64)]
-        spans[cap] = (len({u for u, _ in first}), sorted({tile for _, tile in first}))
-    assert spans[0] == (64, [3]) and spans[16] == (16, [0, 1, 2, 3])
+    first = {cap: {decode_tile_ref(t, *args, token_bytes=640, group_max=cap)[:2] for t in range(64)} for cap in (0, 16)}
+    assert first[0] == {(u, 3) for u in range(64)}
+    assert first[16] == {(u, tile) for u in range(16) for tile in range(4)}
 
 
 def test_l2_groups_count_query_or_kv_heads():
@@ -208,7 +225,7 @@ def test_a_packed_sequences_partial_tile_is_its_first(pack_r, len_q, steps):
     assert (cost(0), cost(shift)) == steps
 
 
-def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512, batch_order=0):
+def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512, batch_order=0, group_max=0):
     """Row packing: every (sequence, query head, token) lies in exactly one tile's packed rows (per
     split), every tile holds rows of one K/V head, and a tile's packed rows start inside its
     sequence's packed row space."""
@@ -225,7 +242,7 @@ def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512, 
     for t in range(num_tiles):
         unit, tile, b, has_rows, _, split = decode_tile_ref(
             t, lens_q, lens_k, hq, hkv, tile_m, False, token_bytes=token_bytes, num_splits=num_splits,
-            pack_rows=True, batch_order=batch_order, stream_mix=stream_mix,
+            pack_rows=True, batch_order=batch_order, stream_mix=stream_mix, group_max=group_max,
         )  # fmt: skip
         if not stream_mix:
             assert split == t % num_splits

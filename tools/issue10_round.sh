@@ -85,7 +85,7 @@
 #     --no-variants --jobs 1 --classes sm_90a-d192x128-bf16-bf16-causal-lse-ragged ${v:+--config ${v#*:}}; done
 #   DIMS="128 64" bash tools/paged_variants_round.sh build wr=paged_warp_release=1
 set -o pipefail
-mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|sanitize}
+mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|ncu_paged_rows|ncu_paged_source|sanitize}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -144,7 +144,7 @@ closing_paged)
   # the paged rows of the closing table: main's d128 kernel beside FA4 and cuDNN (each against its
   # own ragged row too), page 16 / 64 / 128, shuffled pools and page 16 in order
   for b in ${BATCHES:-long tail short}; do
-    case $b in long) lens=8192;; tail) lens="";; short) lens=$short;; esac
+    case $b in long) lens=8192;; tail) lens="";; short) lens=$short;; *) echo "closing_paged: unknown batch $b" >&2; exit 2;; esac
     echo "=== d128 $b"
     PAGED_BENCH_LENS=$lens PAGED_BENCH_FA4=1 PAGED_BENCH_IN_ORDER=16 PAGED_BENCH_INTERLEAVED=${ROUNDS:-12} \
       RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv timeout ${BENCH_S:-180} python3 tools/bench_paged_sm90.py 2>&1 \
@@ -171,11 +171,11 @@ ncu_rows)
   IFS=',' read -ra IMPLS <<< "${NCU_IMPLS:-ours,cuDNN SDPA padded}"
   for row in "${ROWSET[@]}"; do
     echo "=== $row"
+    name=${row// /_}; log="$OUT/ncu_rows_${name//\//-}.log"
     timeout ${NCU_S:-120} ncu --clock-control none --profile-from-start off \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
-      python3 tools/ncu_issue10.py "$row" "${IMPLS[@]}" > $OUT/ncu_rows.log 2>&1
-    grep -E "^profiled|^  [a-zA-Z_]|dram__|lts__|gpu__time|sm__thr|launch__grid|Error" $OUT/ncu_rows.log | cut -c1-150
-    name=${row// /_}; cp $OUT/ncu_rows.log "$OUT/ncu_rows_${name//\//-}.log"
+      python3 tools/ncu_issue10.py "$row" "${IMPLS[@]}" > "$log" 2>&1
+    grep -E "^profiled|^  [a-zA-Z_]|dram__|lts__|gpu__time|sm__thr|launch__grid|Error" "$log" | cut -c1-150
   done
   ;;
 ncu_paged_rows)
@@ -187,8 +187,9 @@ ncu_paged_rows)
       NCU_PAGE=$2 PAGED_BENCH_LENS=$lens RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv \
         timeout 90 ncu --clock-control none -k regex:RaggedForwardSm90 --launch-skip 1 --launch-count 1 \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio \
-        python3 tools/ncu_paged_driver.py $1 > $OUT/ncu_pr.log 2>&1
-      echo "=== ${lens:-longtail14} $1 page $2"; grep -E "dram__|lts__|gpu__time|sm__thr|smsp__|Error|ERR" $OUT/ncu_pr.log
+        python3 tools/ncu_paged_driver.py $1 > $OUT/ncu_pr_${lens:-longtail14}_$1_$2.log 2>&1
+      echo "=== ${lens:-longtail14} $1 page $2"
+      grep -E "dram__|lts__|gpu__time|sm__thr|smsp__|Error|ERR" $OUT/ncu_pr_${lens:-longtail14}_$1_$2.log
     done
   done
   ;;
@@ -199,10 +200,12 @@ ncu_paged_source)
     for which in "ragged 16" "paged 128"; do
       set -- $which
       tag=${lens:-longtail14}_$1_$2
+      rm -f /tmp/nps_$tag.ncu-rep
       NCU_PAGE=$2 PAGED_BENCH_LENS=$lens RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/pv \
         timeout 150 ncu --clock-control none -k regex:RaggedForwardSm90 --launch-skip 1 --launch-count 1 \
         --section SourceCounters --section WarpStateStats --section MemoryWorkloadAnalysis_Tables -f -o /tmp/nps_$tag \
         python3 tools/ncu_paged_driver.py $1 > $OUT/nps_$tag.log 2>&1
+      if [ ! -f /tmp/nps_$tag.ncu-rep ]; then echo "=== $tag: no report (see nps_$tag.log)"; continue; fi
       ncu --import /tmp/nps_$tag.ncu-rep --page source --csv --print-source sass | gzip > $OUT/nps_$tag.csv.gz
       ncu --import /tmp/nps_$tag.ncu-rep --page details --print-details all > $OUT/nps_$tag.txt 2>&1
       echo "=== $tag: $(zcat $OUT/nps_$tag.csv.gz | wc -l) sass lines"; grep -E "Duration|Warp Cycles Per Issued" $OUT/nps_$tag.txt | head -3
@@ -270,7 +273,7 @@ sanitize)
   done
   ;;
 *)
-  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|sanitize" >&2
+  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|ncu_paged_rows|ncu_paged_source|sanitize" >&2
   exit 2
   ;;
 esac

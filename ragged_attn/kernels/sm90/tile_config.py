@@ -75,7 +75,10 @@ class TileConfig:
     # in query heads, as if each read K/V of its own (fewer heads per group under GQA). Measured
     # (session 7): within noise; kept off for measurement only.
     l2_kv_head_groups: bool = False
-    # At most this many query heads per L2 group (0: as many as L2_KV_BYTES holds). The units-fastest
+    # A cap on the heads of an L2 group (0: as many as L2_KV_BYTES holds): `fit`, the heads whose K/V
+    # the budget holds, counted as the group counts them (query heads; K/V heads with
+    # l2_kv_head_groups or row packing), is capped before its rounding to whole GQA groups (at least
+    # one group: a GQA ratio above the cap keeps one whole group). The units-fastest
     # order inside a group puts a head's next row tile `group` tiles after its last, so a group of
     # many short heads (DeepSeek 4 x 512: 102 heads of 320 KiB) re-reads K/V that the group's other
     # heads and the tiles' Q / O pushed out of L2 (ncu, H100, session 24: 288.7 MB of DRAM reads
@@ -570,7 +573,9 @@ def _tiles(layout_class) -> TileConfig:
         # softcap batch runs with it (test_softcap_sinks_gpu.py passed with it, but sorts none).
         # l2_group_max 16: H100, session 24 (interleaved, two runs): llama3-70b's mixed batch (the
         # 14 sequences at 64/8 heads, where sequences of 1,025 to 2,047 keys form L2 groups of 32 to
-        # 64 heads) 0.8166 -> 0.7983 and 0.8073 -> 0.7933 ms; at 32/8 heads (no group) unchanged.
+        # 56 heads) 0.8166 -> 0.7983 and 0.8073 -> 0.7933 ms; at 32/8 heads (no group) unchanged. A
+        # cap of 8 ran 0.6% faster than 16 in one run (0.7908 against 0.7953 ms: noise); 16 kept,
+        # FA3's widest L2 section.
         paged = layout_class.kv == "paged"
         rows = _rows(layout_class)
         return TileConfig(
@@ -588,7 +593,7 @@ def _tiles(layout_class) -> TileConfig:
         # 0.1558 -> 0.1367 and 0.1564 -> 0.1388 [cuDNN padded SDPA 0.1445] (ncu: the uncapped group of
         # 102 heads read 288.7 MB from DRAM, cuDNN 268.5, the tensors 268.4), mixed14 2.1972 -> 2.1001
         # and 2.1961 -> 2.1015; 64 x 128, 16 x 256 and 1 x 16384 (3 heads a group) within +-0.5%.
-        # Caps of 16 | 32: 4 x 512 0.1367 | 0.1391, mixed14 2.1366 | 2.1950, and 1 x 16384 1.5-3%
+        # Caps of 16 | 32: 4 x 512 0.1367 | 0.1391, mixed14 2.1366 | 2.1950, and 1 x 16384 1.2-3.4%
         # slower with the same schedule (a binary's code placement? 8 and main agree).
         return TileConfig(
             128, 128, 2, pingpong=False, overlap=True, o_turns=True, o_turn_every_thread=True, l2_group_max=8, **boxes

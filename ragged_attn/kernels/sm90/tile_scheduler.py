@@ -69,7 +69,7 @@ groups of query heads: G heads take all their tiles, G heads per slot, before th
 to whole GQA groups (`l2_group`): under GQA this is fewer heads than FlashAttention 3's dense
 scheduler groups, which counts K/V heads and multiplies by the GQA ratio (TileConfig
 l2_kv_head_groups builds that count, for measurement). TileConfig.l2_group_max caps G (d192 8,
-d128 16 query heads): inside a group a head's next row tile comes G linear indices after its last,
+d128 16 query heads; at least one whole GQA group): inside a group a head's next row tile comes G linear indices after its last,
 so a large group of short heads (DeepSeek 4 x 512: 102 heads) saw part of its K/V leave L2 between
 its row tiles (ncu, H100: 288.7 MB of DRAM reads for 268.4 MB of tensors; capped, 4 x 512 ran
 0.156 -> 0.137 ms). Measured on an
@@ -294,7 +294,7 @@ def decode_tile(
     num_splits: Int32 = 1,  # split-KV splits per (unit, slot): the fastest digit of t
     row_mult: Int32 = 1,  # row packing: g = H_q / H_kv packed rows per token (pack_r 1); else 1
     order=None,  # TileConfig.batch_order: (sorted, sPrefix, sOrder) of `sort_batch`; None: the caller's order
-    group_max: cutlass.Constexpr[int] = 0,  # TileConfig.l2_group_max: at most this many heads per L2 group (0: no cap)
+    group_max: cutlass.Constexpr[int] = 0,  # TileConfig.l2_group_max: cap on `fit` before GQA rounding (0: none)
 ):
     """(unit, tile, batch_idx, has_rows, seqlen, split) of linear tile index t (see the module);
     has_rows == 0: nothing to compute (at most padded LSE rows past len_q to fill); split: which of
