@@ -126,15 +126,18 @@ def test_every_class_has_the_batch_order_beside_what_it_had():
 
 
 def test_l2_groups_are_capped_where_measured():
-    """TileConfig.l2_group_max: 16 query heads for the d128 classes, 8 for d192 (session 24's
-    measurements, tile_config), ragged and paged alike (one scheduler); the other classes uncapped;
-    the field takes 0 or a head count."""
-    want = {(128, 128): 16, (192, 128): 8}
+    """TileConfig.l2_group_max: 16 query heads for the d128 classes, 8 for d192, whose every
+    sequence is grouped (l2_group_always; session 24's measurements, tile_config), ragged and paged
+    alike (one scheduler); the other classes uncapped; the fields take 0 or a head count, and
+    grouping every sequence needs a cap."""
+    want = {(128, 128): (16, False), (192, 128): (8, True)}
     for (dq, dv), mask, kv in itertools.product(HEAD_DIM_CLASSES, ("none", "causal", "window"), ("ragged", "paged")):
-        lc = LayoutClass("sm_90a", dq, dv, "bf16", "bf16", mask, True, kv)
-        assert tile_config(lc).l2_group_max == want.get((dq, dv), 0), lc.name
+        cfg = tile_config(LayoutClass("sm_90a", dq, dv, "bf16", "bf16", mask, True, kv))
+        assert (cfg.l2_group_max, cfg.l2_group_always) == want.get((dq, dv), (0, False)), (dq, mask, kv)
     with pytest.raises(ValueError, match="l2_group_max"):
         TileConfig(128, 128, l2_group_max=-1)
+    with pytest.raises(ValueError, match="l2_group_always"):
+        TileConfig(128, 128, l2_group_always=True)
 
 
 def test_two_q_buffers_exactly_where_o_has_its_own():

@@ -25,6 +25,7 @@ def _orders(batch_order):
 
 def _cover(
     lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False, batch_order=0, group_max=0,
+    group_always=False,
 ):
     batch_order, stream_mix = _orders(batch_order)
     num_wg = tile_m // ROW_BLOCK
@@ -34,7 +35,7 @@ def _cover(
     for t in range(num_tiles):
         unit, tile, b, has_rows, pack_r, _ = decode_tile_ref(
             t, lens_q, lens_k, hq, hkv, tile_m, pack, lse_s_max, token_bytes, kv_head_groups, batch_order=batch_order,
-            stream_mix=stream_mix, group_max=group_max,
+            stream_mix=stream_mix, group_max=group_max, group_always=group_always,
         )  # fmt: skip
         kv_heads = set()
         # The items as the producer hands them over: a packed sequence's partial tile first.
@@ -99,6 +100,18 @@ def test_capped_l2_groups_keep_the_cover(pack, group_max):
     _cover([700, 1500], [700, 1500], 48, 8, 128, pack, token_bytes=1024, group_max=group_max, batch_order=256)
     _cover([700, 1500], [700, 1500], 48, 8, 192, pack, token_bytes=4096, kv_head_groups=True, group_max=group_max)
     _cover_rows([700, 1500, 3], [700, 1500, 900], 48, 8, 128, token_bytes=4096, group_max=group_max)
+
+
+@pytest.mark.parametrize("batch_order", [0, 256])
+@pytest.mark.parametrize("pack", [False, "always"])
+def test_groups_for_every_sequence_keep_the_cover(pack, batch_order):
+    # TileConfig.l2_group_always: every sequence with keys is re-dealt in (capped) L2 groups, empty
+    # key ranges (len_k 0) and rows without keys included.
+    _cover([256] * 5 + [0, 70], [256] * 5 + [0, 0], 24, 4, 128, pack, token_bytes=640, group_max=8, group_always=True,
+           batch_order=batch_order)  # fmt: skip
+    _cover([1000, 300, 70, 1], [1000, 5000, 70, 9], 12, 3, 192, pack, group_max=3, group_always=True,
+           batch_order=batch_order)  # fmt: skip
+    _cover_rows([700, 3, 40], [700, 900, 0], 16, 2, 128, group_max=2, group_always=True, batch_order=batch_order)
 
 
 def test_the_cap_changes_the_order_it_should():
@@ -225,7 +238,9 @@ def test_a_packed_sequences_partial_tile_is_its_first(pack_r, len_q, steps):
     assert (cost(0), cost(shift)) == steps
 
 
-def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512, batch_order=0, group_max=0):
+def _cover_rows(
+    lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512, batch_order=0, group_max=0, group_always=False
+):
     """Row packing: every (sequence, query head, token) lies in exactly one tile's packed rows (per
     split), every tile holds rows of one K/V head, and a tile's packed rows start inside its
     sequence's packed row space."""
@@ -243,6 +258,7 @@ def _cover_rows(lens_q, lens_k, hq, hkv, tile_m, num_splits=1, token_bytes=512, 
         unit, tile, b, has_rows, _, split = decode_tile_ref(
             t, lens_q, lens_k, hq, hkv, tile_m, False, token_bytes=token_bytes, num_splits=num_splits,
             pack_rows=True, batch_order=batch_order, stream_mix=stream_mix, group_max=group_max,
+            group_always=group_always,
         )  # fmt: skip
         if not stream_mix:
             assert split == t % num_splits

@@ -228,6 +228,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         self.o_turn_every_thread = config.o_turn_every_thread  # epilogue.pass_o_turn: every thread passes
         self.l2_kv_head_groups = config.l2_kv_head_groups
         self.l2_group_max = config.l2_group_max
+        self.l2_group_always = config.l2_group_always
         self.q_first = config.q_first  # load_tile and load_paged_tile
         self.l2_hints = config.l2_hints  # L2 eviction priorities of the TMA loads (producer.py)
         self.page_tma = config.page_tma if paged else 0  # load_paged_tile: whole blocks by TMA boxes of this many keys
@@ -994,7 +995,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         unit, tile, batch_idx, has_rows, seqlen, split = decode_tile(
             t, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
             self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8), self.l2_kv_head_groups, num_splits,
-            row_mult, order, self.l2_group_max,
+            row_mult, order, self.l2_group_max, self.l2_group_always,
         )  # fmt: skip
         if const_expr(not isinstance(num_splits, int)):  # the constant 1: no split
             seqlen = seqlen.for_split(split, total_q)

@@ -84,6 +84,11 @@ class TileConfig:
     # heads and the tiles' Q / O pushed out of L2 (ncu, H100, session 24: 288.7 MB of DRAM reads
     # against the tensors' 268.4 MB, cuDNN 268.5).
     l2_group_max: int = 0
+    # Every sequence with keys re-deals its tiles in L2 groups (of l2_group_max heads), not only those
+    # whose K/V over all heads pass L2_KV_BYTES: a short sequence's row tiles of one head then run
+    # side by side (DeepSeek 16 x 256: a head's two row tiles lie 128 tiles, a wave, apart, so a wave
+    # reads Q, K and V from DRAM and the next mostly Q). On for d192 (`_tiles`).
+    l2_group_always: bool = False
     # The producer issues a tile's Q load before its first K block (ragged and paged); off: after
     # it, so the K stage the MMA warpgroups wait for first is not queued behind Q. On for d128 (two
     # K/V stages: off, a tile's Q waits behind its first K stage's acquire); within noise at d64,
@@ -220,6 +225,8 @@ class TileConfig:
             raise ValueError(f"TileConfig.batch_order: expected 0 or a sequence count in [2, 1024], got {self.batch_order}")
         if self.l2_group_max < 0:
             raise ValueError(f"TileConfig.l2_group_max: expected 0 (no cap) or a head count >= 1, got {self.l2_group_max}")
+        if self.l2_group_always and not self.l2_group_max:
+            raise ValueError("TileConfig.l2_group_always: needs l2_group_max (the groups' size)")
         if self.l2_hints not in (0, 1, 2):
             raise ValueError(f"TileConfig.l2_hints: expected 0, 1 or 2, got {self.l2_hints}")
         if self.q_stages not in (1, 2):
@@ -595,7 +602,12 @@ def _tiles(layout_class) -> TileConfig:
         # and 2.1961 -> 2.1015; 64 x 128, 16 x 256 and 1 x 16384 (3 heads a group) within +-0.5%.
         # Caps of 16 | 32: 4 x 512 0.1367 | 0.1391, mixed14 2.1366 | 2.1950, and 1 x 16384 1.2-3.4%
         # slower with the same schedule (a binary's code placement? 8 and main agree).
+        # l2_group_always (every sequence in groups of 8 heads): H100, session 24 (interleaved, two
+        # runs, 20 rounds, ms): 16 x 256 0.2419 -> 0.2361 and 0.2401 -> 0.2342 [cuDNN padded SDPA
+        # 0.2304]; 64 x 128, 4 x 512, mixed14, 1 x 16384 within +-0.8% (outputs as main's, against
+        # FA4's). Its GPU tests and sweep are owed (no device time left that session).
         return TileConfig(
-            128, 128, 2, pingpong=False, overlap=True, o_turns=True, o_turn_every_thread=True, l2_group_max=8, **boxes
+            128, 128, 2, pingpong=False, overlap=True, o_turns=True, o_turn_every_thread=True, l2_group_max=8,
+            l2_group_always=True, **boxes,
         )  # fmt: skip
     return TileConfig(128, 80, 2, pingpong=False, overlap=True)

@@ -295,6 +295,7 @@ def decode_tile(
     row_mult: Int32 = 1,  # row packing: g = H_q / H_kv packed rows per token (pack_r 1); else 1
     order=None,  # TileConfig.batch_order: (sorted, sPrefix, sOrder) of `sort_batch`; None: the caller's order
     group_max: cutlass.Constexpr[int] = 0,  # TileConfig.l2_group_max: cap on `fit` before GQA rounding (0: none)
+    group_always: cutlass.Constexpr[bool] = False,  # TileConfig.l2_group_always: every sequence with keys
 ):
     """(unit, tile, batch_idx, has_rows, seqlen, split) of linear tile index t (see the module);
     has_rows == 0: nothing to compute (at most padded LSE rows past len_q to fill); split: which of
@@ -346,7 +347,10 @@ def decode_tile(
             heads_counted = heads_counted // ratio  # K/V heads
         if row_mult != 1:
             heads_counted = num_units  # row packing: a unit reads one K/V head for its g query heads
-        if Int64(seqlen.len_k) * Int64(heads_counted * token_bytes) > Int64(L2_KV_BYTES):
+        grouped = Int64(seqlen.len_k) * Int64(heads_counted * token_bytes) > Int64(L2_KV_BYTES)
+        if const_expr(group_always):
+            grouped = seqlen.len_k > 0
+        if grouped:
             # L2 groups: a bijection of the sequence's tile-holding (unit, slot) pairs, in the
             # order units-fastest ranks them (`l2_group`).
             head_bytes = Float32(seqlen.len_k) * Float32(token_bytes)
@@ -474,7 +478,7 @@ def mixed_tile_ref(t: int, bound: int, num_tiles: int) -> int:
 
 def decode_tile_ref(
     t, lens_q, lens_k, num_heads, num_heads_kv, tile_m, pack, lse_s_max=0, token_bytes=512, kv_head_groups=False,
-    num_splits=1, pack_rows=False, batch_order=0, stream_mix=False, group_max=0,
+    num_splits=1, pack_rows=False, batch_order=0, stream_mix=False, group_max=0, group_always=False,
 ):  # fmt: skip
     """Pure-Python twin of `decode_tile` (with the launch's counts): (unit, tile, batch_idx,
     has_rows, pack_r, split), for tests. With row packing (pack_rows; `row_mult_ref` > 1) tile is
@@ -513,7 +517,10 @@ def decode_tile_ref(
     heads_counted = num_units * pack_r // (ratio if kv_head_groups else 1)
     if row_mult != 1:
         heads_counted = num_units
-    if slot < tiles_q and lens_k[b] * heads_counted * token_bytes > L2_KV_BYTES:
+    grouped = lens_k[b] * heads_counted * token_bytes > L2_KV_BYTES
+    if group_always:
+        grouped = lens_k[b] > 0
+    if slot < tiles_q and grouped:
         fit = int(L2_KV_BYTES / (lens_k[b] * token_bytes))
         if group_max:
             fit = min(fit, group_max)
