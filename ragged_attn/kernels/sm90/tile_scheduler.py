@@ -72,7 +72,9 @@ l2_kv_head_groups builds that count, for measurement). TileConfig.l2_group_max c
 d128 16 query heads; at least one whole GQA group): inside a group a head's next row tile comes G linear indices after its last,
 so a large group of short heads (DeepSeek 4 x 512: 102 heads) saw part of its K/V leave L2 between
 its row tiles (ncu, H100: 288.7 MB of DRAM reads for 268.4 MB of tensors; capped, 4 x 512 ran
-0.156 -> 0.137 ms). Measured on an
+0.156 -> 0.137 ms). TileConfig.l2_group_always (d192) deals every sequence with keys in such
+groups, not only those past L2_KV_BYTES (16 x 256 at 128 heads: its row tiles had run a wave apart;
+0.242 -> 0.236 ms). Measured on an
 H200, 2026-11-30 (d128 causal, non-persistent grid): 2 x 8192 at 64/8 heads 593 -> 615 TFLOP/s;
 DeepSeek 1 x 16384 (128/128, d 192/128) 502 -> 663; short batches unchanged.
 """
