@@ -34,6 +34,9 @@
 #         minutes), the sweep (85 s), GPU tests (162 + 85 s) and calls 5-8 (43 + 56 + 74 s).
 #         .devcache/d192x: this tree's d128 / d192 / d64 causal LSE ragged objects and variant folders
 #         (tools/prebuild_sm90.py --config l2_group_max=N).
+#         Owed first next session (l2_group_always went on for d192 after the device budget ran out):
+#         call 4 (sweep, with .devcache/sweepcache rebuilt at 1c7b666 or later) and tests/gpu/test_kernel_sm90.py
+#         + test_paged_gpu.py (.devcache/sm90's d192 objects rebuilt), then calls 5-8.
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
