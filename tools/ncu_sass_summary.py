@@ -4,6 +4,7 @@ opcode, by region (runs of SASS lines with one execution count: per CTA, per til
 item, ...) and the lines with the most samples with their top stall reasons.
 
 Usage: python tools/ncu_sass_summary.py FILE.csv [--kernel N] [--opcodes K] [--regions] [--top K] [--footprint]
+       [--span LO-HI ...]
 Reading the counts: a line executed once per warp per tile shows tiles x warps; e.g. on 64 x 128
 d64 (32/8 heads, packed 192-row tiles) 18432 = 1536 tiles x 12 MMA warps and 16384 = 4096 items x
 4 warps. Used for the session-5 findings in docs/benchmarks/2026-12-02-h200-issue10-session5.
@@ -117,6 +118,34 @@ def footprint(kernel: dict, line_bytes: int = 128) -> list[str]:
     ]
 
 
+def span(kernel: dict, lo: int, hi: int) -> list[str]:
+    """One run of SASS lines lo..hi (e.g. a loop's body, from --regions): its iterations (the first
+    line's executions), instructions per iteration, stall reasons as shares of its samples, and its
+    warp cycles per iteration in issue slots, (samples / selected samples) x instructions per
+    iteration: samples are spread over all resident warps, so raw counts do not compare between
+    kernels with different warps awake (session 24: the paged launch's producer warps 1-3 took
+    samples from its MMA loop), while the share of samples that issued does."""
+    h = kernel["header"]
+    rows = kernel["rows"][lo : hi + 1]
+    if not rows:
+        return [f"span {lo}-{hi}: no lines"]
+    iters = _num(kernel, rows[0], EXEC) or 1
+    insts = sum(_num(kernel, r, EXEC) for r in rows)
+    stall_cols = [c for c in h if c.startswith("stall_") and "Not Issued" not in c]
+    totals = {c[6:]: sum(_num(kernel, r, c) for r in rows) for c in stall_cols}
+    samples = sum(totals.values())
+    selected = totals.get("selected", 0)
+    ranked = sorted(totals.items(), key=lambda x: -x[1])[:8]
+    shares = ", ".join(f"{n} {100 * v / (samples or 1):.1f}%" for n, v in ranked if v)
+    per_iter = insts / iters
+    cycles = f"{samples / selected * per_iter:.0f}" if selected else "n/a (no selected samples)"
+    return [
+        f"span {lo}-{hi}: {iters:.0f} iterations, {per_iter:.1f} instructions each, {samples:.0f} samples",
+        f"  warp cycles per iteration ~ {cycles} (samples / selected x instructions per iteration)",
+        f"  stall shares: {shares}",
+    ]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
@@ -125,6 +154,9 @@ def main():
     ap.add_argument("--regions", action="store_true", help="list the regions")
     ap.add_argument("--top", type=int, default=0, help="lines with the most stall samples")
     ap.add_argument("--footprint", action="store_true", help="executed lines and code blocks, stall reasons")
+    ap.add_argument(
+        "--span", action="append", default=[], metavar="LO-HI", help="a run of lines (a loop): cycles per iteration"
+    )
     a = ap.parse_args()
     for n, k in enumerate(read_kernels(a.csv)):
         if a.kernel is not None and n != a.kernel:
@@ -138,6 +170,9 @@ def main():
             print("\n".join(region_table(k)))
         if a.top:
             print("\n".join(top_lines(k, a.top)))
+        for s in a.span:
+            lo, _, hi = s.partition("-")
+            print("\n".join(span(k, int(lo), int(hi))))
 
 
 if __name__ == "__main__":
