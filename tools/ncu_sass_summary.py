@@ -44,6 +44,11 @@ def _num(kernel: dict, row: list, col: str) -> float:
 EXEC, SAMPLES = "Instructions Executed", "Warp Stall Sampling (All Samples)"
 
 
+def _stall_cols(kernel: dict) -> list[str]:
+    """The header's stall-reason columns (all samples, not the not-issued ones)."""
+    return [c for c in kernel["header"] if c.startswith("stall_") and "Not Issued" not in c]
+
+
 def opcode_table(kernel: dict, top: int) -> list[str]:
     src = kernel["header"].index("Source")
     inst, samp = collections.Counter(), collections.Counter()
@@ -81,7 +86,7 @@ def region_table(kernel: dict, min_lines: int = 8, min_samples: float = 20) -> l
 def top_lines(kernel: dict, top: int) -> list[str]:
     h = kernel["header"]
     src = h.index("Source")
-    stall_cols = [c for c in h if c.startswith("stall_") and "Not Issued" not in c]
+    stall_cols = _stall_cols(kernel)
     rows = kernel["rows"]
     best = sorted(range(len(rows)), key=lambda i: -_num(kernel, rows[i], SAMPLES))[:top]
     out = []
@@ -108,7 +113,7 @@ def footprint(kernel: dict, line_bytes: int = 128) -> list[str]:
             blocks.add(int(r[addr], 16) // line_bytes)
         except ValueError:
             pass
-    stall_cols = [c for c in h if c.startswith("stall_") and "Not Issued" not in c]
+    stall_cols = _stall_cols(kernel)
     totals = sorted(((sum(_num(kernel, r, c) for r in rows), c[6:]) for c in stall_cols), reverse=True)
     total = sum(v for v, _ in totals) or 1
     reasons = ", ".join(f"{n} {v:.0f} ({100 * v / total:.1f}%)" for v, n in totals[:6] if v)
@@ -125,13 +130,12 @@ def span(kernel: dict, lo: int, hi: int) -> list[str]:
     iteration: samples are spread over all resident warps, so raw counts do not compare between
     kernels with different warps awake (session 24: the paged launch's producer warps 1-3 took
     samples from its MMA loop), while the share of samples that issued does."""
-    h = kernel["header"]
     rows = kernel["rows"][lo : hi + 1]
     if not rows:
         return [f"span {lo}-{hi}: no lines"]
     iters = _num(kernel, rows[0], EXEC) or 1
     insts = sum(_num(kernel, r, EXEC) for r in rows)
-    stall_cols = [c for c in h if c.startswith("stall_") and "Not Issued" not in c]
+    stall_cols = _stall_cols(kernel)
     totals = {c[6:]: sum(_num(kernel, r, c) for r in rows) for c in stall_cols}
     samples = sum(totals.values())
     selected = totals.get("selected", 0)

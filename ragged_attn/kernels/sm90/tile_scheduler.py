@@ -349,9 +349,10 @@ def decode_tile(
             heads_counted = heads_counted // ratio  # K/V heads
         if row_mult != 1:
             heads_counted = num_units  # row packing: a unit reads one K/V head for its g query heads
-        grouped = Int64(seqlen.len_k) * Int64(heads_counted * token_bytes) > Int64(L2_KV_BYTES)
         if const_expr(group_always):
             grouped = seqlen.len_k > 0
+        else:
+            grouped = Int64(seqlen.len_k) * Int64(heads_counted * token_bytes) > Int64(L2_KV_BYTES)
         if grouped:
             # L2 groups: a bijection of the sequence's tile-holding (unit, slot) pairs, in the
             # order units-fastest ranks them (`l2_group`).
@@ -519,9 +520,7 @@ def decode_tile_ref(
     heads_counted = num_units * pack_r // (ratio if kv_head_groups else 1)
     if row_mult != 1:
         heads_counted = num_units
-    grouped = lens_k[b] * heads_counted * token_bytes > L2_KV_BYTES
-    if group_always:
-        grouped = lens_k[b] > 0
+    grouped = lens_k[b] > 0 if group_always else lens_k[b] * heads_counted * token_bytes > L2_KV_BYTES
     if slot < tiles_q and grouped:
         fit = int(L2_KV_BYTES / (lens_k[b] * token_bytes))
         if group_max:
