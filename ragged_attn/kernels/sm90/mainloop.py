@@ -26,7 +26,7 @@ from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
 from .mask import apply_mask
-from .softmax import acc_as_operand_a, rescale_rows
+from .softmax import rescale_rows, store_p
 
 SCHED_BARRIER_BASE = 2  # ids 2 .. 4: ping-pong turns of the MMA warpgroups (one id each)
 
@@ -190,7 +190,7 @@ class MmaMainloops:
                 apply_mask(acc_S, tScS, row0, n_block, tile_n, has_left, has_right, len_k, off, left, right, rows)
         row_scale = softmax.step(acc_S)
         if const_expr(rescale):
-            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+            store_p(tOrP, acc_S, self.dtype)
             rescale_rows(acc_O, row_scale)
         return row_scale
 
@@ -224,7 +224,7 @@ class MmaMainloops:
             if n_block_max - 1 == n_block_min:
                 q_release[0].consumer_release(q_release[1])
         self.mask_softmax(acc_S, n_block_max - 1, block_info, softmax, tOrP, acc_O, mask_args, False)
-        tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+        store_p(tOrP, acc_S, self.dtype)
         # The other blocks, last first, in up to three loops by what they need: those crossing
         # the right bound (masked), the interior (no mask code: a branch-free loop body lets
         # ptxas schedule the softmax around the wgmma waits, as in FA3's and FA4's peeled
@@ -325,7 +325,7 @@ class MmaMainloops:
         row_scale = self.mask_softmax(acc_S, n_block, block_info, softmax, tOrP, acc_O, mask_args, False, masked)
         warpgroup.wait_group(0)
         pipe_v.consumer_release(v_state)
-        tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+        store_p(tOrP, acc_S, self.dtype)
         rescale_rows(acc_O, row_scale)
         return kv_state
 
