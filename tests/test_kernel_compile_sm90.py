@@ -617,3 +617,22 @@ def test_finalize_sink_matches_logaddexp(seed):
     # +inf sink: O = 0, LSE = +inf; NaN sink: NaN
     assert finalize_sink_ref(m, l, math.inf, scale) == (0.0, math.inf)
     assert math.isnan(finalize_sink_ref(m, l, math.nan, scale)[1])
+
+
+@pytest.mark.parametrize(
+    "lc",
+    [
+        LayoutClass("sm_90a", 256, 256, "bf16", "bf16", "none", True, "ragged"),  # tile_n 80
+        LayoutClass("sm_90a", 32, 32, "bf16", "bf16", "none", False, "paged"),  # tile_n 192
+    ],
+    ids=lambda lc: lc.name,
+)
+def test_p_converts_to_bf16_in_pairs(lc, tmp_path):
+    """softmax.store_p: a class whose tile_n / 16 is not a power of two converts P (and O) with
+    packed cvt.rn.bf16x2.f32 only. Converted as one fragment, such classes' PTX held one
+    cvt.rn.bf16.f32 per value (d256: 80 beside 128 packed ones), which ptxas paired with PRMTs and
+    extra warpgroup waits in the interior loop."""
+    compile_forward(lc, f"--keep-ptx --dump-dir {tmp_path}")
+    ptx = "".join(p.read_text() for p in tmp_path.glob("*.ptx"))
+    assert ptx.count("cvt.rn.bf16x2.f32") > 0
+    assert ptx.count("cvt.rn.bf16.f32") == 0

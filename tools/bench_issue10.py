@@ -67,6 +67,7 @@ ROWS = (
     ("1x16384 h128/128 d192/128 causal", [16384], 128, 128, (192, 128), True),
     # No mask (the serving-full suite's family) and d256 (Gemma's head dim).
     ("mixed14 h32/8 d128 nomask", issue10_lengths(), 32, 8, 128, False),
+    ("16x256 h32/8 d128 nomask", [256] * 16, 32, 8, 128, False),
     ("2x8192 h32/8 d256 causal", [8192] * 2, 32, 8, 256, True),
     ("2x8192 h32/8 d256 nomask", [8192] * 2, 32, 8, 256, False),
     ("mixed14 h32/8 d256 causal", issue10_lengths(), 32, 8, 256, True),
