@@ -34,9 +34,13 @@
 #         minutes), the sweep (85 s), GPU tests (162 + 85 s) and calls 5-8 (43 + 56 + 74 s).
 #         .devcache/d192x: this tree's d128 / d192 / d64 causal LSE ragged objects and variant folders
 #         (tools/prebuild_sm90.py --config l2_group_max=N).
-#         Owed first next session (l2_group_always went on for d192 after the device budget ran out):
-#         call 4 (sweep, with .devcache/sweepcache rebuilt at 1c7b666 or later) and tests/gpu/test_kernel_sm90.py
-#         + test_paged_gpu.py (.devcache/sm90's d192 objects rebuilt), then calls 5-8.
+#         Session 25 (H100; six start attempts refused, ~90-180 s of budget each: try a kind at most every
+#         ~10 min): calls 1-2, then the sweep and the kernel GPU tests in ONE call (carry
+#         [".devcache/sweepcache", ".devcache/sm90"]: 36 MiB, 283 s; 3001 + 770 passed), the adapter GPU
+#         tests (85 s) and tools/bench_issue10.py d256 nomask with .devcache/nx (store_p; 33 s).
+#         Next: calls 5-8 (+ `closing serving-full`, the suite without a mask, last run 2026-11-30),
+#         call 13's paged_warp_release against the page-128 loop (.devcache/pv/wr is current: the
+#         d128 paged object did not change with store_p), an H200 table when one comes.
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
