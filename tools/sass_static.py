@@ -5,7 +5,7 @@ barrier counts, and the loop's length. Predict a kernel change's instruction cos
 spending device time on it (the device's METHOD.md: count first, predict, then measure).
 
 Usage: python tools/sass_static.py D_QK MASK [FIELD=VALUE,...] [--kv ragged|paged] [--flags softcap,sinks]
-       [--listing FILE]
+       [--listing FILE] [--cubin FILE]
   e.g. python tools/sass_static.py 128 causal
        python tools/sass_static.py 64 causal tile_n=64,num_stages=6
        python tools/sass_static.py 128 causal --kv paged --flags softcap,sinks
@@ -14,6 +14,9 @@ in the vector datapath) marks a loop whose pipeline state ptxas could not keep u
 the d192 classes' O turns passed under one warp's branch, tile_config.o_turn_every_thread).
 Needs nvdisasm: NVDISASM=/path/to/nvdisasm, else `nvdisasm` on PATH (pip download
 nvidia-cuda-nvdisasm --no-deps, unzip, nvidia/cu13/bin/nvdisasm). Sets CUTE_DSL_ARCH=sm_90a.
+--cubin summarizes a cubin built elsewhere, e.g. a peer's kernel compiled on this CPU box (FA4 4.0.0b36
+compiles its sm90 forward without a GPU under torch's FakeTensorMode with FLASH_ATTENTION_ARCH=sm_90a,
+CUTE_DSL_ARCH=sm_90a, CUTE_DSL_KEEP_CUBIN=1 and CUTE_DSL_DUMP_DIR=DIR).
 Loops are found from backward branches (a BRA to a label above it); nested loops print separately.
 """
 
@@ -102,6 +105,9 @@ def main():
     ap.add_argument("--kv", default="ragged", choices=("ragged", "paged"))
     ap.add_argument("--flags", default="", help="the class's optional flags: softcap, sinks (comma-separated)")
     ap.add_argument("--listing", help="also write the whole disassembly here")
+    ap.add_argument(
+        "--cubin", help="summarize this cubin, not a compiled class (d_qk and mask only label it)"
+    )
     args = ap.parse_args()
     nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
     if not nvdisasm:
@@ -109,13 +115,16 @@ def main():
     fields = {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in (kv.split("=") for kv in args.fields.split(",") if kv)}
     with tempfile.TemporaryDirectory() as tmp:
         flags = tuple(f for f in args.flags.split(",") if f)
-        cubin = compile_cubin(args.d_qk, args.mask, args.kv, fields, tmp, flags)
+        cubin = args.cubin or compile_cubin(args.d_qk, args.mask, args.kv, fields, tmp, flags)
         listing = subprocess.run([nvdisasm, "-c", cubin], check=True, capture_output=True, text=True).stdout
     if args.listing:
         with open(args.listing, "w") as f:
             f.write(listing)
     insns, labels = parse(listing)
-    print(f"d{args.d_qk} {args.mask} {args.kv} {fields or '(class config)'}: {len(insns)} instructions")
+    what = f"{args.kv} {fields or '(class config)'}"
+    if args.cubin:
+        what = f"cubin {os.path.basename(args.cubin)}"
+    print(f"d{args.d_qk} {args.mask} {what}: {len(insns)} instructions")
     for first, last in loops(insns, labels):
         if any(op.startswith("MUFU.EX2") for _, op, _ in insns[first : last + 1]):
             print(summarize(insns, first, last))
