@@ -628,10 +628,11 @@ def test_finalize_sink_matches_logaddexp(seed):
     ids=lambda lc: lc.name,
 )
 def test_p_converts_to_bf16_in_pairs(lc, tmp_path):
-    """softmax.store_p: a class whose tile_n / 16 is not a power of two converts P (and O) with
-    packed cvt.rn.bf16x2.f32 only. Converted as one fragment, such classes' PTX held one
-    cvt.rn.bf16.f32 per value (d256: 80 beside 128 packed ones), which ptxas paired with PRMTs and
-    extra warpgroup waits in the interior loop."""
+    """softmax.store_p: a class whose tile_n / 16 is not a power of two converts P with packed
+    cvt.rn.bf16x2.f32 only (and its O, d_v / 16 a power of two here, too). Converted as one fragment,
+    such classes' PTX held one cvt.rn.bf16.f32 per P value (d256: 80 beside 128 packed ones; d32
+    paged: 192), which ptxas paired with PRMTs and extra warpgroup waits in the interior loop. (The
+    d96 classes' O conversion, d_v / 16 = 6, still holds 96: epilogue.py, left until GPU-tested.)"""
     compile_forward(lc, f"--keep-ptx --dump-dir {tmp_path}")
     ptx = "".join(p.read_text() for p in tmp_path.glob("*.ptx"))
     assert ptx.count("cvt.rn.bf16x2.f32") > 0

@@ -109,6 +109,10 @@ def main():
         "--cubin", help="summarize this cubin, not a compiled class (d_qk and mask only label it)"
     )
     args = ap.parse_args()
+    if args.cubin and (args.fields or args.kv != "ragged" or args.flags):
+        ap.error("--cubin: the class's fields, --kv and --flags describe a compiled class, not a given cubin")
+    if args.cubin and not os.path.isfile(args.cubin):
+        ap.error(f"--cubin: no such file: {args.cubin}")
     nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
     if not nvdisasm:
         sys.exit("sass_static: nvdisasm not found (set NVDISASM; see this script's docstring)")

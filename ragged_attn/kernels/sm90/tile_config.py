@@ -284,17 +284,17 @@ def tile_config(layout_class) -> TileConfig:
       (595) / with ping-pong 608 (599); FA4 702 (686). 128 x 128 spills (144 B), 128 x 96 does
       not fit in smem; Q 64 + 2 x (K 40 + V 40) KiB = 224 KiB, O aliases Q. (These 128 x 80 numbers
       predate softmax.store_p: P's bf16 conversion was unpacked at tile_n 80 until session 25.)
+    Measured on an H100, 2026-12-07 (session 25; docs/benchmarks/2026-12-07-h100-issue10-session25):
     - softmax.store_p (P converted one k16 chunk at a time where tile_n / 16 is not a power of two;
-      d256's interior loop 543 -> 492 instructions, F2FP 40 -> 20, PRMT 20 -> 0, WARPGROUP 8 -> 4),
-      H100, session 25 (2026-12-07, interleaved, 15 rounds, 32/8 heads, GPU-only TFLOP/s, FA4
-      4.0.0b36 in brackets; two runs): d256 2 x 8192 causal 659.2 -> 716.7 [748.4] | 671.5 ->
-      724.8 [763.7], no mask 642.1 -> 743.4 [772.7] | 659.7 -> 757.5 [788.4], mixed14 550.3 ->
-      572.8 [575.6] | 549.0 -> 572.2 [581.2], 16 x 256 195.6 -> 198.7 [188.2; cuDNN SDPA
-      enable_gqa 223.0] | 195.9 -> 198.4. With ping-pong on top ("pp", run 1): 716.5, 739.3,
-      574.2, 200.4 (not taken:
-      within noise). d128 without a mask at 128 x 176 (q_stages 1, O in Q's buffer; the loop now
-      580 instructions for 176 keys against 463 for 128): 2 x 8192 (64/8) 694.1 -> 713.0 [644.2],
-      but mixed14 649.0 -> 616.9 [581.9] and 16 x 256 389.6 -> 236.9: not taken.
+      d256's interior loop 543 -> 492 instructions, F2FP 40 -> 20, PRMT 20 -> 0, WARPGROUP 8 -> 4;
+      interleaved, 15 rounds, 32/8 heads, GPU-only TFLOP/s, FA4 4.0.0b36 in brackets; two runs):
+      d256 2 x 8192 causal 659.2 -> 716.7 [748.4] | 671.5 -> 724.8 [763.7], no mask 642.1 -> 743.4
+      [772.7] | 659.7 -> 757.5 [788.4], mixed14 550.3 -> 572.8 [575.6] | 549.0 -> 572.2 [581.2], 16
+      x 256 195.6 -> 198.7 [188.2; cuDNN SDPA enable_gqa 223.0] | 195.9 -> 198.4. With ping-pong on
+      top ("pp", run 1): 716.5, 739.3, 574.2, 200.4 (not taken: within noise). d128 without a mask
+      at 128 x 176 (q_stages 1, O in Q's buffer; the loop now 580 instructions for 176 keys against
+      463 for 128): 2 x 8192 (64/8) 694.1 -> 713.0 [644.2], but mixed14 649.0 -> 616.9 [581.9] and
+      16 x 256 389.6 -> 236.9: not taken.
     Measured on an H200, 2026-12-02, persistent kernel, bf16 causal LSE on, 32/8 heads, GPU-only
     TFLOP/s, one process beside FA4 4.0.0b36 (tools/bench_issue10.py):
     - turn_first_gemm + wg_epilogue (d128 128 x 128) against neither: 64 x 128 118 -> 129, 16 x 256
