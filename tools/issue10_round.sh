@@ -41,6 +41,9 @@
 #         Next: calls 5-8 (+ `closing serving-full`, the suite without a mask, last run 2026-11-30),
 #         call 13's paged_warp_release against the page-128 loop (.devcache/pv/wr is current: the
 #         d128 paged object did not change with store_p), an H200 table when one comes.
+#         Local caches at the session's end (6d527ce): .devcache/sweepcache at this digest (ready for the
+#         sweep unless a kernel source changes), .devcache/sm90 (33 classes, current objects),
+#         .devcache/nx (d256 / d128-no-mask objects: root current, old/ = 0be341d's d256, pp/, n176/).
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
