@@ -125,9 +125,9 @@ def main():
         with open(args.listing, "w") as f:
             f.write(listing)
     insns, labels = parse(listing)
-    what = f"{args.kv} {fields or '(class config)'}"
-    if args.cubin:
-        what = f"cubin {os.path.basename(args.cubin)}"
+    what = (
+        f"cubin {os.path.basename(args.cubin)}" if args.cubin else f"{args.kv} {fields or '(class config)'}"
+    )
     print(f"d{args.d_qk} {args.mask} {what}: {len(insns)} instructions")
     for first, last in loops(insns, labels):
         if any(op.startswith("MUFU.EX2") for _, op, _ in insns[first : last + 1]):
