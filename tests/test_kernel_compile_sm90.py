@@ -624,15 +624,16 @@ def test_finalize_sink_matches_logaddexp(seed):
     [
         LayoutClass("sm_90a", 256, 256, "bf16", "bf16", "none", True, "ragged"),  # tile_n 80
         LayoutClass("sm_90a", 32, 32, "bf16", "bf16", "none", False, "paged"),  # tile_n 192
+        LayoutClass("sm_90a", 96, 96, "bf16", "bf16", "causal", True, "ragged"),  # O: d_v / 16 = 6
     ],
     ids=lambda lc: lc.name,
 )
-def test_p_converts_to_bf16_in_pairs(lc, tmp_path):
-    """softmax.store_p: a class whose tile_n / 16 is not a power of two converts P with packed
-    cvt.rn.bf16x2.f32 only (and its O, d_v / 16 a power of two here, too). Converted as one fragment,
-    such classes' PTX held one cvt.rn.bf16.f32 per P value (d256: 80 beside 128 packed ones; d32
-    paged: 192), which ptxas paired with PRMTs and extra warpgroup waits in the interior loop. (The
-    d96 classes' O conversion, d_v / 16 = 6, still holds 96: epilogue.py, left until GPU-tested.)"""
+def test_p_and_o_convert_to_bf16_in_pairs(lc, tmp_path):
+    """softmax.convert_k16: a class whose tile_n / 16 (P, store_p) or d_v / 16 (O, the epilogue) is
+    not a power of two converts with packed cvt.rn.bf16x2.f32 only. Converted as one fragment, such
+    classes' PTX held one cvt.rn.bf16.f32 per value (d256's P: 80 beside 128 packed ones; d32 paged's
+    P: 192; d96's O: 96), which ptxas paired with PRMTs (and, for P, extra warpgroup waits in the
+    interior loop)."""
     compile_forward(lc, f"--keep-ptx --dump-dir {tmp_path}")
     ptx = "".join(p.read_text() for p in tmp_path.glob("*.ptx"))
     assert ptx.count("cvt.rn.bf16x2.f32") > 0

@@ -68,6 +68,9 @@ ROWS = (
     # No mask (the serving-full suite's family) and d256 (Gemma's head dim).
     ("mixed14 h32/8 d128 nomask", issue10_lengths(), 32, 8, 128, False),
     ("16x256 h32/8 d128 nomask", [256] * 16, 32, 8, 128, False),
+    ("4x512 h32/8 d128 nomask", [512] * 4, 32, 8, 128, False),  # the serving-full suite's rows below 1.0
+    ("4x512 h64/8 d128 nomask", [512] * 4, 64, 8, 128, False),
+    ("1x16384 h32/8 d128 nomask", [16384], 32, 8, 128, False),
     ("2x8192 h32/8 d256 causal", [8192] * 2, 32, 8, 256, True),
     ("2x8192 h32/8 d256 nomask", [8192] * 2, 32, 8, 256, False),
     ("mixed14 h32/8 d256 causal", issue10_lengths(), 32, 8, 256, True),

@@ -21,7 +21,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync
 
 from .seqlen_info import SeqlenInfo
-from .softmax import acc_rows_view
+from .softmax import acc_as_operand_a, acc_rows_view, convert_k16
 
 
 @cute.jit
@@ -107,7 +107,8 @@ def store_tile(
     use_tma = const_expr(tma_atom_O is not None)
     use_turns = const_expr(o_turn is not None)
     rO = cute.make_rmem_tensor_like(acc_O, out_dtype)
-    rO.store(acc_O.load().to(out_dtype))
+    # by k16 chunks where d_v / 16 is not a power of two (d96: whole, 96 unpacked cvts a tile)
+    convert_k16(acc_as_operand_a(rO), acc_as_operand_a(acc_O), out_dtype)
     stmatrix = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), out_dtype)
     if const_expr(use_turns):
         cute.arch.barrier(barrier_id=o_turn[1] + wg_idx, number_of_threads=turn_threads(o_turn[3]))

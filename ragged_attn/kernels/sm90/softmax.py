@@ -42,24 +42,30 @@ def acc_as_operand_a(acc: cute.Tensor) -> cute.Tensor:
 
 
 @cute.jit
+def convert_k16(dst: cute.Tensor, src: cute.Tensor, dtype: cutlass.Constexpr):
+    """dst = src converted to `dtype`, both in the RS A-fragment view ((2, 2, 2), MMA_M, K chunks)
+    (`acc_as_operand_a`, or tOrP itself). Where the k16 chunks are a power of two in number
+    (N 32, 64, 128, 256) the whole fragment converts at once; else one k16 chunk (8 values a
+    thread) at a time: whole, such bf16 fragments (N 80, 96, 112, 176, 192) lowered to one unpacked
+    cvt per value and a PRMT per pair, and ptxas fenced the next GEMM with extra warpgroup waits
+    (static SASS, tools/sass_static.py: d256's interior loop 543 -> 492 instructions, F2FP 40 -> 20,
+    PRMT 20 -> 0, WARPGROUP 8 -> 4). Chunked at N 128, the d128 no-mask loop grew 463 -> 476: kept
+    whole there. fp16 lowers packed either way (the same objects)."""
+    n_k = cute.size(src.shape[2])
+    if const_expr(n_k & (n_k - 1) == 0):
+        dst.store(src.load().to(dtype))
+    else:
+        for k in cutlass.range_constexpr(n_k):
+            dst[None, None, k].store(src[None, None, k].load().to(dtype))
+
+
+@cute.jit
 def store_p(tOrP: cute.Tensor, acc_S: cute.Tensor, dtype: cutlass.Constexpr):
     """P = acc_S (the fp32 S accumulator after the softmax) converted to `dtype` into tOrP, the
     P V GEMM's register A fragment ((2, 2, 2), MMA_M, N/16), through acc_S's view as one
-    (`acc_as_operand_a`: ((2, 2, 2), MMA_M, (N/16, MMA_N))). Where N/16 is a power of two (tile_n
-    128, 256) the whole fragment converts at once; else one k16 chunk (8 values a thread) at a time:
-    whole, such bf16 fragments (tile_n 80, 112, 176, 192) lowered to one unpacked cvt per value and
-    a PRMT per pair, and ptxas fenced the P V GEMM with extra warpgroup waits (static SASS,
-    tools/sass_static.py: d256's interior loop 543 -> 492 instructions, F2FP 40 -> 20, PRMT 20 -> 0,
-    WARPGROUP 8 -> 4). Chunked at tile_n 128, the d128 no-mask loop grew 463 -> 476: kept whole.
-    (epilogue.py's O conversion has the same lowering where d_v / 16 is not a power of two: the
-    bf16 d96 classes' PTX holds 96 unpacked cvts, once a tile; left as it is until GPU-tested.)"""
-    src = acc_as_operand_a(acc_S)
-    n_k = cute.size(src.shape[2])
-    if const_expr(n_k & (n_k - 1) == 0):
-        tOrP.store(src.load().to(dtype))
-    else:
-        for k in cutlass.range_constexpr(n_k):
-            tOrP[None, None, k].store(src[None, None, k].load().to(dtype))
+    (`acc_as_operand_a`: ((2, 2, 2), MMA_M, (N/16, MMA_N))), by `convert_k16` (chunked at tile_n
+    80, 112, 176, 192)."""
+    convert_k16(tOrP, acc_as_operand_a(acc_S), dtype)
 
 
 class OnlineSoftmax:
