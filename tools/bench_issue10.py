@@ -4,7 +4,8 @@ heads expanded, and native GQA with enable_gqa as `python -m ragged_attn bench` 
 
 Useful TFLOP/s on GPU time alone (ragged_attn.bench.timing.gpu_ms_interleaved: L2 flushed, sleep head
 start, the implementations interleaved round by round; BENCH_REPS rounds, default 30),
-2 * H_q * (d_qk + d_v) * allowed (query, key) pairs; bf16, LSE on (FA3 and FA4 always produce it).
+2 * H_q * (d_qk + d_v) * allowed (query, key) pairs; bf16, LSE on (FA3 always produces it);
+ISSUE10_LSE=0: ours' nolse class and FA4 without LSE, as `python -m ragged_attn bench` calls them.
 Kernels: RAGGED_ATTN_SM90_PREBUILT/<class>.o (tools/prebuild_sm90.py) or compiled here; the
 variants named in RAGGED_ATTN_VARIANTS (comma-separated) from RAGGED_ATTN_SM90_PREBUILT/<variant>/<class>.o
 when present (the class built with other tile-config fields); the trees named in RAGGED_ATTN_AB_TREES
@@ -123,7 +124,8 @@ def make_impls(lens, hq, hkv, d, causal, dev):
     lse = torch.empty(total, hq, device=dev)
     flops = 2 * hq * (d + dv) * pairs(lens, causal)
     mask = "causal" if causal else "none"
-    lc = LayoutClass("sm_90a", d, dv, "bf16", "bf16", mask, True, "ragged")
+    with_lse = os.environ.get("ISSUE10_LSE", "1") != "0"  # 0: as the closing suites call ours and FA4
+    lc = LayoutClass("sm_90a", d, dv, "bf16", "bf16", mask, with_lse, "ragged")
     impls = {}
     peers = os.environ.get("ISSUE10_PEERS", "1") != "0"  # 0: ours only (A/B of our kernels, no peer JIT)
     if peers:
@@ -131,7 +133,7 @@ def make_impls(lens, hq, hkv, d, causal, dev):
             from flash_attn.cute import flash_attn_varlen_func as fa4
 
             impls["FA4"] = lambda: fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=smax,
-                                       max_seqlen_k=smax, causal=causal, return_lse=True)[0]  # fmt: skip
+                                       max_seqlen_k=smax, causal=causal, return_lse=with_lse)[0]  # fmt: skip
         except ImportError:
             pass
         try:
@@ -167,15 +169,17 @@ def make_impls(lens, hq, hkv, d, causal, dev):
 
             impls["cuDNN SDPA padded enable_gqa"] = sdpa_gqa_call
 
+    lse_arg, lse_strides = (lse, (0, hq, hq, 1)) if with_lse else (None, (0, 0, 0, 0))
+
     def ours_call(kernel, dst, launch=launch_forward):
         """Our kernel `kernel` (this tree's or a variant's, or another tree's with its `launch`)
         writing `dst`."""
 
         def call():
             launch(
-                kernel, q=q, k=k, v=v, out=dst, lse=lse, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
+                kernel, q=q, k=k, v=v, out=dst, lse=lse_arg, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
                 seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
-                window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
+                window_left=-1, window_right=-1, bottom_right=True, lse_strides=lse_strides,
             )  # fmt: skip
             return dst
 

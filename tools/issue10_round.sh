@@ -44,6 +44,18 @@
 #         Local caches at the session's end (6d527ce): .devcache/sweepcache at this digest (ready for the
 #         sweep unless a kernel source changes), .devcache/sm90 (33 classes, current objects),
 #         .devcache/nx (d256 / d128-no-mask objects: root current, old/ = 0be341d's d256, pp/, n176/).
+#         Session 26 (H100; five start attempts refused, 15-180 s of budget each): calls 1-2 with
+#         [".devcache/b", ".devcache/pv", ".devcache/q1"] (paged_warp_release: no change; longtail14 with its
+#         lengths rounded up to multiples of 128 through PAGED_BENCH_LENS: the crossing blocks are ~1% of
+#         the paged gap; q_stages 1 and d96's O conversion through tools/bench_issue10.py; 69 s), the sweep
+#         and the kernel GPU tests in one call (278 s), then calls 5-8 with `closing serving-full` added
+#         (47, 130 and 215 s: the second runs of all three suites and the adapter GPU tests in one call).
+#         Next: serving-full's rows under 1.0 (d128 without a mask: 4 x 512 0.96-0.97 of cuDNN's padded
+#         SDPA, 1 x 16384 0.96-0.99 of FA4): tools/bench_issue10.py "d128 nomask" with ISSUE10_LSE=0 (the
+#         suites time ours' nolse class and FA4 without LSE) beside the no-mask variants in .devcache/nm
+#         (tf0 turn_first_gemm=0, pp0 pingpong=0, eqr0 early_q_release=0, wge0 wg_epilogue=0, tos0
+#         tma_o_store=0; lse and nolse objects, built at 0a9449e), then ncu of 4 x 512 beside cuDNN
+#         (tools/ncu_issue10.py) and of 1 x 16384 beside FA4; an H200 table when one comes.
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).

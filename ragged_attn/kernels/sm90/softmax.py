@@ -50,7 +50,7 @@ def convert_k16(dst: cute.Tensor, src: cute.Tensor, dtype: cutlass.Constexpr):
     cvt per value and a PRMT per pair, and ptxas fenced the next GEMM with extra warpgroup waits
     (static SASS, tools/sass_static.py: d256's interior loop 543 -> 492 instructions, F2FP 40 -> 20,
     PRMT 20 -> 0, WARPGROUP 8 -> 4). Chunked at N 128, the d128 no-mask loop grew 463 -> 476: kept
-    whole there. fp16 lowers packed either way (the same objects)."""
+    whole there. (fp16 P built the same objects either way; the fp16 d96 O conversion did not.)"""
     n_k = cute.size(src.shape[2])
     if const_expr(n_k & (n_k - 1) == 0):
         dst.store(src.load().to(dtype))

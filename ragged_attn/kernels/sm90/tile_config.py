@@ -137,6 +137,9 @@ class TileConfig:
     # A measurement variant, off: H100, session 22, interleaved paged / ragged at page 16 | 64 | 128:
     # 1 x 8192 0.949 0.956 0.975 against main's 0.936 0.941 0.971, longtail14 0.875 0.929 0.942
     # against 0.881 0.920 0.947, 64 x 128 0.888 0.987 0.981 against 0.905 0.983 0.977 (GPU tests pass).
+    # Re-measured (H100, session 26, 12 rounds): 1 x 8192 0.950 0.958 0.972 against main's 0.950
+    # 0.958 0.972, longtail14 0.883 0.932 0.946 against 0.881 0.928 0.948, 64 x 128 0.910 0.990 1.010
+    # against 0.915 1.009 1.006: no change, stays off.
     paged_warp_release: bool = False
     # Registers of the producer warpgroup (setmaxnreg) where not 0: the MMA warpgroups get what is
     # left. 0: the class's own split (24; paged 40; paged with TMA boxes 56). A measurement variant.
@@ -295,6 +298,11 @@ def tile_config(layout_class) -> TileConfig:
       at 128 x 176 (q_stages 1, O in Q's buffer; the loop now 580 instructions for 176 keys against
       463 for 128): 2 x 8192 (64/8) 694.1 -> 713.0 [644.2], but mixed14 649.0 -> 616.9 [581.9] and
       16 x 256 389.6 -> 236.9: not taken.
+    Measured on an H100, 2026-12-07 (session 26; docs/benchmarks/2026-12-07-h100-issue10-session26):
+    - q_stages 1 for d128 causal (Q's stage a trace-time 0: the interior loop 501 -> 487
+      instructions, 87 -> 73 uniform, the S GEMM's descriptor steps fewer): 1 x 16384 724.5 ->
+      718.9, 2 x 8192 (64/8) 687.1 -> 687.9, mixed14 548.9 -> 548.5, 64 x 128 123.4 -> 121.5. The
+      descriptor steps are not what the d128 causal rows lack: not taken.
     Measured on an H200, 2026-12-02, persistent kernel, bf16 causal LSE on, 32/8 heads, GPU-only
     TFLOP/s, one process beside FA4 4.0.0b36 (tools/bench_issue10.py):
     - turn_first_gemm + wg_epilogue (d128 128 x 128) against neither: 64 x 128 118 -> 129, 16 x 256
