@@ -5,7 +5,8 @@ heads expanded, and native GQA with enable_gqa as `python -m ragged_attn bench` 
 Useful TFLOP/s on GPU time alone (ragged_attn.bench.timing.gpu_ms_interleaved: L2 flushed, sleep head
 start, the implementations interleaved round by round; BENCH_REPS rounds, default 30),
 2 * H_q * (d_qk + d_v) * allowed (query, key) pairs; bf16, LSE on (FA3 always produces it);
-ISSUE10_LSE=0: ours' nolse class and FA4 without LSE, as `python -m ragged_attn bench` calls them.
+ISSUE10_LSE=0: ours' nolse class and FA4 without LSE, the LSE choice of `python -m ragged_attn bench`
+(this tool passes no max_seqlen_k: none of the API's split-KV, batch-order or row-packing rules).
 Kernels: RAGGED_ATTN_SM90_PREBUILT/<class>.o (tools/prebuild_sm90.py) or compiled here; the
 variants named in RAGGED_ATTN_VARIANTS (comma-separated) from RAGGED_ATTN_SM90_PREBUILT/<variant>/<class>.o
 when present (the class built with other tile-config fields); the trees named in RAGGED_ATTN_AB_TREES

@@ -107,7 +107,7 @@ def store_tile(
     use_tma = const_expr(tma_atom_O is not None)
     use_turns = const_expr(o_turn is not None)
     rO = cute.make_rmem_tensor_like(acc_O, out_dtype)
-    # by k16 chunks where d_v / 16 is not a power of two (d96: whole, 96 unpacked cvts a tile)
+    # by k16 chunks where d_v / 16 is not a power of two (d96 whole: 48 unpacked cvts a thread a tile)
     convert_k16(acc_as_operand_a(rO), acc_as_operand_a(acc_O), out_dtype)
     stmatrix = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), out_dtype)
     if const_expr(use_turns):

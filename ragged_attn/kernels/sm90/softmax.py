@@ -47,7 +47,7 @@ def convert_k16(dst: cute.Tensor, src: cute.Tensor, dtype: cutlass.Constexpr):
     (`acc_as_operand_a`, or tOrP itself). Where the k16 chunks are a power of two in number
     (N 32, 64, 128, 256) the whole fragment converts at once; else one k16 chunk (8 values a
     thread) at a time: whole, such bf16 fragments (N 80, 96, 112, 176, 192) lowered to one unpacked
-    cvt per value and a PRMT per pair, and ptxas fenced the next GEMM with extra warpgroup waits
+    cvt per value and a PRMT per pair, and (P) ptxas fenced the P V GEMM with extra warpgroup waits
     (static SASS, tools/sass_static.py: d256's interior loop 543 -> 492 instructions, F2FP 40 -> 20,
     PRMT 20 -> 0, WARPGROUP 8 -> 4). Chunked at N 128, the d128 no-mask loop grew 463 -> 476: kept
     whole there. (fp16 P built the same objects either way; the fp16 d96 O conversion did not.)"""
