@@ -55,7 +55,13 @@
 #         suites time ours' nolse class and FA4 without LSE) beside the no-mask variants in .devcache/nm
 #         (tf0 turn_first_gemm=0, pp0 pingpong=0, eqr0 early_q_release=0, wge0 wg_epilogue=0, tos0
 #         tma_o_store=0; lse and nolse objects, built at 0a9449e), then ncu of 4 x 512 beside cuDNN
-#         (tools/ncu_issue10.py) and of 1 x 16384 beside FA4; an H200 table when one comes.
+#         (tools/ncu_issue10.py) and of 1 x 16384 beside FA4; an H200 table when one comes. First in
+#         line: eqr0 (early_q_release off), whose d128 no-mask LSE interior loop takes FA4's P V wait
+#         placement (docs/benchmarks/2026-12-07-h100-issue10-session26 section 6; the nolse class the
+#         suites time has it already, so serving-full's 1 x 16384 gap wants ncu beside FA4): e.g. call 2
+#         with [".devcache/b", ".devcache/nm"]:
+#         ISSUE10_LSE=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/nm RAGGED_ATTN_VARIANTS=eqr0,tf0,pp0,wge0,tos0
+#         BENCH_REPS=20 python3 tools/bench_issue10.py "d128 nomask" (and again with ISSUE10_LSE=1).
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
