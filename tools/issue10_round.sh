@@ -55,8 +55,9 @@
 #         suites time ours' nolse class and FA4 without LSE) beside the no-mask variants in .devcache/nm
 #         (tf0 turn_first_gemm=0, pp0 pingpong=0, eqr0 early_q_release=0, wge0 wg_epilogue=0, tos0
 #         tma_o_store=0; lse and nolse objects, built at 0a9449e), then ncu of 4 x 512 beside cuDNN
-#         (tools/ncu_issue10.py) and of 1 x 16384 beside FA4; an H200 table when one comes. First in
-#         line: eqr0 (early_q_release off), whose d128 no-mask LSE interior loop takes FA4's P V wait
+#         and of 1 x 16384 beside FA4 (mode ncu_nomask, carry [".devcache/b", ".devcache/nm"]); an H200
+#         table when one comes. First in line: eqr0 (early_q_release off), whose d128 no-mask LSE
+#         interior loop takes FA4's P V wait
 #         placement (docs/benchmarks/2026-12-07-h100-issue10-session26 section 6; the nolse class the
 #         suites time has it already, so serving-full's 1 x 16384 gap wants ncu beside FA4): e.g. call 2
 #         with [".devcache/b", ".devcache/nm"]:
@@ -81,6 +82,8 @@
 #            THD, cuDNN padded SDPA, torch varlen), $OUT/NAME/ (report.md, NAME.json)
 #   closing_paged  the closing table's paged rows: main's d128 kernel, FA4 and cuDNN, page 16 / 64 /
 #            128 (and 16 in order) on 1 x 8192, longtail14, 64 x 128
+#   ncu_nomask  serving-full's d128 no-mask rows under ncu (sections), ours' nolse class beside cuDNN's
+#            padded SDPA (4 x 512) and FA4 (1 x 16384); logs $OUT/ncu_nomask_*.log
 #   ncu      page 16 in order / shuffled / windowed / spread, and page 128, under ncu on 64 x 128
 #            (tools/ncu_paged_driver.py; DRAM bytes, L2 hit rate, duration)
 #   switch   tools/probe_kernel_switch.py (each launch after a GEMM, after itself, after the other
@@ -188,6 +191,20 @@ ncu)
       --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
       python3 tools/ncu_paged_driver.py paged > $OUT/ncu_p$1_o$2_w$3_s$4.log 2>&1
     echo "page $1 in_order $2 window $3 spread $4:"; grep -E "dram__|lts__|gpu__time" $OUT/ncu_p$1_o$2_w$3_s$4.log
+  done
+  ;;
+ncu_nomask)
+  # Session 26: serving-full's d128 no-mask rows under 1.0, ours' nolse class (as the suites call it)
+  # beside the peer that wins each: 4 x 512 beside cuDNN's padded SDPA (native GQA), 1 x 16384 beside
+  # FA4 without LSE; sections for time, throughput, stalls and memory (tools/ncu_issue10.py).
+  export RAGGED_ATTN_SM90_PREBUILT=${RAGGED_ATTN_SM90_PREBUILT:-$PWD/.devcache/nm} ISSUE10_LSE=0
+  for pick in "4x512 h32/8 d128 nomask|cuDNN SDPA padded enable_gqa" "1x16384 h32/8 d128 nomask|FA4"; do
+    row=${pick%%|*}; peer=${pick#*|}; name=${row// /_}; log="$OUT/ncu_nomask_${name//\//-}.log"
+    echo "=== $row: ours, $peer"
+    timeout ${NCU_S:-200} ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+      --section WarpStateStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+      python3 tools/ncu_issue10.py "$row" ours "$peer" > "$log" 2>&1
+    grep -E "^profiled|Duration|DRAM Throughput|L2 Hit|Compute \(SM\)|Issue Slots Busy|No Eligible|Grid Size|Registers Per" "$log" | cut -c1-120
   done
   ;;
 ncu_rows)
