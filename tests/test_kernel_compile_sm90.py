@@ -632,8 +632,8 @@ def test_p_and_o_convert_to_bf16_in_pairs(lc, tmp_path):
     """softmax.convert_k16: a class whose tile_n / 16 (P, store_p) or d_v / 16 (O, the epilogue) is
     not a power of two converts with packed cvt.rn.bf16x2.f32 only. Converted as one fragment, such
     classes' PTX held one cvt.rn.bf16.f32 per value (d256's P: 80 beside 128 packed ones; d32 paged's
-    P: 192; d96's O: 96, two traced epilogues of 48), which ptxas paired with PRMTs (and, for P, extra warpgroup waits in the
-    interior loop)."""
+    P: 192; d96's O: 96, two traced epilogues of 48), which ptxas paired with PRMTs (and, for P,
+    extra warpgroup waits in the interior loop)."""
     compile_forward(lc, f"--keep-ptx --dump-dir {tmp_path}")
     ptx = "".join(p.read_text() for p in tmp_path.glob("*.ptx"))
     assert ptx.count("cvt.rn.bf16x2.f32") > 0

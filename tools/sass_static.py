@@ -94,7 +94,14 @@ def summarize(insns, first: int, last: int) -> str:
         f"{k} {v}" for k, v in key.items()
     )
     top = ", ".join(f"{op} {n}" for op, n in ops.most_common(12))
-    return head + "\n    most: " + top
+    text = head + "\n    most: " + top
+    waits = [i for i, (_, op, _) in enumerate(body) if op.startswith("WARPGROUP.DEPBAR")]
+    if waits:
+        # The loop's last WGMMA wait (the overlapped mainloop's P V wait): what the softmax does
+        # before it overlaps the warpgroup's own P V GEMM (session 26: ptxas moves it).
+        before = collections.Counter(op.split(".")[0] for _, op, _ in body[: waits[-1]])
+        text += f"\n    last wgmma wait at {waits[-1]}; before it FFMA {before['FFMA']}, MUFU {before['MUFU']}"
+    return text
 
 
 def main():
