@@ -12,6 +12,7 @@ variants named in RAGGED_ATTN_VARIANTS (comma-separated) from RAGGED_ATTN_SM90_P
 when present (the class built with other tile-config fields); the trees named in RAGGED_ATTN_AB_TREES
 (label=DIR, tools/ab_tree.sh: another tree's package and kernels, when its kernels take other arguments).
 Each output is checked against FA4's (max abs diff).
+ISSUE10_ROWS adds uniform rows (`extra_rows`).
 Usage: python tools/bench_issue10.py [ROW_SUBSTRING ...]
 """
 
@@ -78,6 +79,18 @@ ROWS = (
     ("mixed14 h32/8 d256 causal", issue10_lengths(), 32, 8, 256, True),
     ("16x256 h32/8 d256 causal", [256] * 16, 32, 8, 256, True),
 )
+
+
+def extra_rows() -> tuple:
+    """ISSUE10_ROWS="B x L : H_q / H_kv : d : causal|nomask" entries separated by commas (e.g.
+    "33x512:32/8:128:nomask"): uniform rows beside the table's, for a wave-count sweep."""
+    rows = []
+    for spec in filter(None, os.environ.get("ISSUE10_ROWS", "").split(",")):
+        shape, heads, d, mask = spec.split(":")
+        b, n = (int(x) for x in shape.split("x"))
+        hq, hkv = (int(x) for x in heads.split("/"))
+        rows.append((f"{shape} h{heads} d{d} {mask} (ISSUE10_ROWS)", [n] * b, hq, hkv, int(d), mask == "causal"))
+    return tuple(rows)
 
 
 def load(lc, sub=""):
@@ -207,7 +220,7 @@ def main():
     dev = torch.device("cuda")
     print(torch.cuda.get_device_name(), flush=True)
     table = []
-    for name, lens, hq, hkv, d, causal in ROWS:
+    for name, lens, hq, hkv, d, causal in ROWS + extra_rows():
         if picks and not any(p in name for p in picks):
             continue
         impls, flops, total, dv, bufs = make_impls(lens, hq, hkv, d, causal, dev)

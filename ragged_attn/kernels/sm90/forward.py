@@ -93,6 +93,7 @@ from .producer import TmaProducer
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes, tile_words
+from . import trace
 from .tile_scheduler import (
     PACK_MIN_SAVING,
     ROW_BLOCK,
@@ -175,6 +176,10 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         self.d_v = d_v
         self.mask = mask
         self.has_lse = has_lse
+        # trace.py: timer stamps in the LSE buffer instead of the LSE (a diagnostic build)
+        self.trace = config.trace_timeline
+        if self.trace and not has_lse:
+            raise ValueError("RaggedForwardSm90: TileConfig.trace_timeline needs a class with LSE (its buffer holds the stamps)")
         self.paged = paged
         # Issue 14: scores soft-capped (tanh) before the mask; a per-head sink in the softmax
         # denominator. Such a class is entered through `call_ext` (run-time mSinks, softcap).
@@ -684,6 +689,9 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
     ):
         """The device side of every class. A class without softcap or sinks launches it without the
         last two arguments (left at None: its compiled objects stay as before issue 14)."""
+        if const_expr(self.trace):
+            if cute.arch.thread_idx()[0] == 0:
+                trace.stamp(mLSE, trace.EV_ENTRY)
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
             cpasync.prefetch_descriptor(tma_atom_Q)
@@ -805,6 +813,9 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
         mask_numbers = (window_left, window_right, bottom_right)
         pipeline.pipeline_init_wait()
+        if const_expr(self.trace):
+            if cute.arch.thread_idx()[0] == 0:
+                trace.stamp(mLSE, trace.EV_INIT)
 
         if warp_idx < 4:
             if const_expr(self.batch_order):
@@ -1090,6 +1101,9 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
                 t_dealt, sched, mask_numbers, splits
             )  # fmt: skip
             if has_rows != 0:
+                if const_expr(self.trace):
+                    if lane == 0:
+                        trace.stamp_tile(lse_args[0], trace.EV_DECODED, q_state.count)
                 go = split + 1  # non-zero: a tile; the readers recover its split
                 tile_state = self.hand_over(pipe_tile, sTile, tile_state, go, unit, tile, batch_idx, seqlen, items)
                 q_state, kv_state = load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items)
@@ -1102,6 +1116,9 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         tile_state = self.hand_over(
             pipe_tile, sTile, tile_state, Int32(0), Int32(0), Int32(0), Int32(0), none, self.items_of(Int32(0), Int32(0), pack_r)
         )  # fmt: skip
+        if const_expr(self.trace):
+            if lane == 0:
+                trace.stamp(lse_args[0], trace.EV_PRODUCER_EXIT)
 
     @cute.jit
     def reader_walk(self, handoff, mask_numbers, run_one, run_args, q_state, kv_state, wg_idx=None, sched=None):
@@ -1241,7 +1258,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         """-inf into the padded LSE rows of a tile past len_q: of each warpgroup's item (a row
         block of one query head), rows first, first + step, ... that are < lse_s_max (none when
         lse_s_max is 0)."""
-        if const_expr(self.has_lse):
+        if const_expr(self.has_lse and not self.trace):
             mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h = lse_args
             for w in cutlass.range_constexpr(self.num_mma_warpgroups):
                 row_block, head_idx = tile_item(unit, tile, w, pack_r, self.num_mma_warpgroups)
@@ -1340,6 +1357,9 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         if const_expr(self.tma_o_store):
             if tidx % 128 < 32:  # this warpgroup's last O store has read sO before the CTA exits
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
+        if const_expr(self.trace):
+            if tidx == 0:
+                trace.stamp(mLSE, trace.EV_MMA_EXIT)
 
     @cute.jit
     def mma_tile(
@@ -1374,10 +1394,16 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         tSrQ_stages, tSrK, tOrVt, tOrP, acc_O, acc_S_shape, tScS = frags
         tSrQ = tSrQ_stages[None, None, None, q_state.index]
         gmem_tiled_copy_O, o_tma, sO, mO, mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, o_turn = out_args
+        if const_expr(self.trace):
+            if tidx == 0:
+                trace.stamp_tile(mLSE, trace.EV_TAKEN, q_state.count)
         softmax = OnlineSoftmax(scale_log2, cute.size(acc_rows_view(acc_O), mode=[0]))
         softmax.reset()
         acc_O.fill(0.0)
         pipe_q.consumer_wait(q_state)
+        if const_expr(self.trace):
+            if tidx == 0:
+                trace.stamp_tile(mLSE, trace.EV_Q_READY, q_state.count)
         if const_expr(row_mult is not None):
             cute.arch.fence_view_async_shared()  # the Q rows came by cp.async (generic proxy)
         mask_args = (
@@ -1394,6 +1420,9 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
             pipe_k, pipe_v, block_info, seqlen.len_q, row0, wg_idx, mask_args, kv_state, q_release, row_mult,
             kv_boxed,
         )  # fmt: skip
+        if const_expr(self.trace):
+            if tidx == 0:
+                trace.stamp_tile(mLSE, trace.EV_MAIN_DONE, q_state.count)
         if const_expr(not self.o_aliases_q and not self.early_q_release):
             pipe_q.consumer_release(q_state)  # every GEMM reading sQ is done
         sink_log2 = None
@@ -1404,10 +1433,13 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         store_tile(
             acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
             row0, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
-            self.tile_m, self.d_v, self.out_dtype, self.has_lse, self.num_mma_threads, EPILOGUE_BARRIER_ID,
-            self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE, o_tma, o_turn,
-            row_mult,
+            self.tile_m, self.d_v, self.out_dtype, self.has_lse and not self.trace, self.num_mma_threads,
+            EPILOGUE_BARRIER_ID, self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE,
+            o_tma, o_turn, row_mult,
         )  # fmt: skip
+        if const_expr(self.trace):
+            if tidx == 0:
+                trace.stamp_tile(mLSE, trace.EV_TILE_DONE, q_state.count)
         q_state.advance()
         return q_state, kv_state
 

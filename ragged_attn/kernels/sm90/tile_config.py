@@ -191,6 +191,9 @@ class TileConfig:
     # keep the default policy. A measurement variant (H100, session 19: paged / ragged within +-1% of
     # the DSL's policy; vLLM's mixed batch not yet measured with it).
     l2_hints: int = 0
+    # Diagnostic builds only (trace.py): stamp the global timer at each CTA's entry, tile hand-overs,
+    # Q waits, loops and stores into the LSE buffer instead of the LSE (tools/trace_timeline.py).
+    trace_timeline: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_m not in (128, 192):
