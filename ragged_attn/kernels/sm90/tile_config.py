@@ -606,10 +606,20 @@ def _tiles(layout_class) -> TileConfig:
         # 56 heads) 0.8166 -> 0.7983 and 0.8073 -> 0.7933 ms; at 32/8 heads (no group) unchanged. A
         # cap of 8 ran 0.6% faster than 16 in one run (0.7908 against 0.7953 ms: noise); 16 kept,
         # FA3's widest L2 section.
+        # early_q_release off for the ragged no-mask LSE class (no softcap, no sinks): its interior
+        # loop then waits for the P V GEMM after the softmax's FFMAs as the nolse class's does
+        # (static SASS: instruction 185 -> 243 of ~460, session 26). H100, session 27 (interleaved,
+        # two runs, TFLOP/s; docs/benchmarks/2026-12-07-h100-issue10-session27): 1 x 16384 (32/8)
+        # 682.1 -> 705.6 and 689.4 -> 713.7, 2 x 8192 (64/8) 687.2 -> 710.2, mixed14 648.4 ->
+        # 658.4, 4 x 512 414.4 -> 417.1 and 414.7 -> 415.5, 16 x 256 391.2 -> 387.1. The nolse
+        # class keeps it (its loop has that shape already; off: 1 x 16384 708.0 -> 685.6, 4 x 512
+        # 418.4 -> 412.0).
+        plain = not getattr(layout_class, "softcap", False) and not getattr(layout_class, "sinks", False)
+        eqr = not (layout_class.mask == "none" and layout_class.lse and layout_class.kv == "ragged" and plain)
         paged = layout_class.kv == "paged"
         rows = _rows(layout_class)
         return TileConfig(
-            128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=rows,
+            128, 128, 2, pingpong=True, overlap=True, q_first=True, pack_rows=rows, early_q_release=eqr,
             page_tma=128 if paged else 0, page_tma_small=16 if paged else 0, page_box_warps=4 if paged else 1,
             paged_fence_gathered_only=paged, stream_mix=rows and not getattr(layout_class, "softcap", False),
             l2_group_max=16,
