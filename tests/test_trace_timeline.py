@@ -24,11 +24,13 @@ def write(buf: torch.Tensor, cta: int, event: int, ns: int) -> None:
 
 
 def test_events_are_distinct_and_in_range():
-    per_tile = (tr.EV_DECODED, tr.EV_TAKEN, tr.EV_Q_READY, tr.EV_MAIN_DONE, tr.EV_TILE_DONE)
+    per_tile = (
+        tr.EV_DECODED, tr.EV_TAKEN, tr.EV_Q_READY, tr.EV_MAIN_DONE, tr.EV_TILE_DONE, tr.EV_LOADS_ISSUED, tr.EV_NEXT_KNOWN,
+    )  # fmt: skip
     slots = {tr.EV_ENTRY, tr.EV_INIT, tr.EV_MMA_EXIT, tr.EV_PRODUCER_EXIT}
     for first in per_tile:
         slots |= set(range(first, first + tr.TRACE_TILES))
-    assert len(slots) == 4 + 5 * tr.TRACE_TILES == tr.TRACE_EVENTS
+    assert len(slots) == 4 + 7 * tr.TRACE_TILES == tr.TRACE_EVENTS
     assert slots == set(range(tr.TRACE_EVENTS))
 
 
@@ -62,6 +64,9 @@ def test_summary_first_tile_and_exits():
             write(buf, cta, tr.EV_TAKEN + 1, entry + 6600)
             write(buf, cta, tr.EV_Q_READY + 1, entry + 6800)
             write(buf, cta, tr.EV_TILE_DONE + 1, entry + 11000)
+            write(buf, cta, tr.EV_LOADS_ISSUED, entry + 4000)
+            write(buf, cta, tr.EV_NEXT_KNOWN, entry + 4700)
+            write(buf, cta, tr.EV_DECODED + 1, entry + 5200)
             write(buf, cta, tr.EV_MMA_EXIT, entry + 12000)
             write(buf, cta, tr.EV_PRODUCER_EXIT, entry + 11500)
         runs.append((gpu_ms, trace_timeline.decode_stamps(buf, grid)))
@@ -69,7 +74,8 @@ def test_summary_first_tile_and_exits():
     assert "GPU time 21.00 us; stamps span 12.40 us" in text
     assert "entry: last CTA 0.40 us after the first" in text
     assert "tile 0 Q ready" in text and "2.50 us after its entry" in text
-    assert "tile 1: stores-to-stores   4.00 us, taken -> Q ready  0.20 us (2 CTAs)" in text
+    assert "tile 1: stores-to-stores   4.00 us; MMA wg 0 idle after tile 0's stores -0.40 (taken) +  0.20 (Q) us" in text
+    assert "producer: tile 0's loads issued  3.00 us before its stores; then next index  0.70, decode  0.50 us" in text
     assert "MMA exit: first 12.00, median 12.00, last 12.40 us" in text  # torch: the lower middle
 
 

@@ -7,7 +7,9 @@ REPS launches (medians, microseconds from the launch's first CTA entry):
   exit): their difference is what no CTA sees (launch, teardown);
 - entry skew (last CTA entry), the prologue (entry -> barriers' init), the first tile's path:
   decode, hand-over to MMA warpgroup 0, Q's arrival, the key-block loop, the stores;
-- each tile's length by its order in the CTA, and when CTAs exit (first, median, last).
+- each tile's length by its order in the CTA, how long MMA warpgroup 0 waits between tiles (for
+  the hand-over, then for Q), and the producer warp's path between tiles (its last loads of a
+  tile, the next index from the tile counter, the decode); when CTAs exit (first, median, last).
 
 What runs before each timed launch (`--before`): "flush" (an L2-sized write, then a sleep head
 start, as the benchmarks time), "gemm" (a bf16 GEMM: other code on the SMs, as after a QKV
@@ -105,13 +107,28 @@ def summarize(runs: list[tuple[float, torch.Tensor]]) -> list[str]:
         lines.append(
             f"  {label:28s} {col(lambda t, ev=ev: (t[:, ev] - t[:, tr.EV_ENTRY]).nanmedian().item()):8.2f} us after its entry"
         )
+    def gap(later, earlier):  # median over CTAs of later - earlier (events of one CTA)
+        return lambda t: (t[:, later] - t[:, earlier]).nanmedian().item()
+
     for k in range(1, tr.TRACE_TILES - 1):
-        d = col(lambda t, k=k: (t[:, tr.EV_TILE_DONE + k] - t[:, tr.EV_TILE_DONE + k - 1]).nanmedian().item())
-        q = col(lambda t, k=k: (t[:, tr.EV_Q_READY + k] - t[:, tr.EV_TAKEN + k]).nanmedian().item())
         n = statistics.median(int((~torch.isnan(t[:, tr.EV_TILE_DONE + k])).sum()) for _, t in runs)
         if n == 0:
             break
-        lines.append(f"  tile {k}: stores-to-stores {d:6.2f} us, taken -> Q ready {q:5.2f} us ({n} CTAs)")
+        d = col(gap(tr.EV_TILE_DONE + k, tr.EV_TILE_DONE + k - 1))
+        q = col(gap(tr.EV_Q_READY + k, tr.EV_TAKEN + k))
+        w = col(gap(tr.EV_TAKEN + k, tr.EV_TILE_DONE + k - 1))
+        lines.append(
+            f"  tile {k}: stores-to-stores {d:6.2f} us; MMA wg 0 idle after tile {k - 1}'s stores {w:5.2f} "
+            f"(taken) + {q:5.2f} (Q) us ({n} CTAs)"
+        )
+        # The producer between tile k - 1's last loads and tile k's hand-over, against the MMA side.
+        nxt = col(gap(tr.EV_NEXT_KNOWN + k - 1, tr.EV_LOADS_ISSUED + k - 1))
+        dec = col(gap(tr.EV_DECODED + k, tr.EV_NEXT_KNOWN + k - 1))
+        lead = col(gap(tr.EV_TILE_DONE + k - 1, tr.EV_LOADS_ISSUED + k - 1))
+        lines.append(
+            f"    producer: tile {k - 1}'s loads issued {lead:5.2f} us before its stores; then next index "
+            f"{nxt:5.2f}, decode {dec:5.2f} us"
+        )
     for label, ev in (("MMA exit", tr.EV_MMA_EXIT), ("producer exit", tr.EV_PRODUCER_EXIT)):
         lo = col(lambda t, ev=ev: nanmin(t[:, ev]))
         mid = col(lambda t, ev=ev: t[:, ev].nanmedian().item())

@@ -251,6 +251,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         self.fence_gathered_only = (
             config.paged_fence_gathered_only and paged and config.paged_consumer_fence and config.page_tma != 0
         )
+        self.ticket_early = 0 if paged else config.ticket_early  # load_tile takes the next ticket (ragged)
         self.batch_order = config.batch_order  # sort_batch: 2 .. batch_order sequences dealt longest first
         # sort_batch ranks streaming rows first, walk_tiles deals their tiles among the others'
         self.stream_mix = bool(config.stream_mix and config.batch_order)
@@ -1093,6 +1094,8 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         num_tiles = sched[0]
         lane = cute.arch.lane_idx()
         t = Int64(cute.arch.block_idx()[0])
+        if const_expr(self.ticket_early):
+            ticket = Int32(0)  # the next tile's ticket, taken by load_one
         while t < num_tiles:
             t_dealt = t
             if const_expr(self.stream_mix):
@@ -1106,12 +1109,30 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
                         trace.stamp_tile(lse_args[0], trace.EV_DECODED, q_state.count)
                 go = split + 1  # non-zero: a tile; the readers recover its split
                 tile_state = self.hand_over(pipe_tile, sTile, tile_state, go, unit, tile, batch_idx, seqlen, items)
-                q_state, kv_state = load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items)
+                if const_expr(self.ticket_early):
+                    q_state, kv_state, ticket = load_one(
+                        loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items,
+                        ticket_args=(num_tiles, mTileCounter),
+                    )  # fmt: skip
+                else:
+                    q_state, kv_state = load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items)
+                if const_expr(self.trace):
+                    if lane == 0:
+                        trace.stamp_tile(lse_args[0], trace.EV_LOADS_ISSUED, q_state.count - 1)
             else:
                 self.fill_padded_lse(lse_args, seqlen, batch_idx, unit, tile, pack_r, lane, 32)
+                if const_expr(self.ticket_early):
+                    ticket = self.take_ticket(num_tiles, mTileCounter)
             # The ticket after this tile's loads: taken earlier (at the tile's decode), it cost 4 x
             # 512 d128 6% (a CTA claims its next tile before it has room for it; H200, session 5).
-            t = self.next_tile(t, self.take_ticket(num_tiles, mTileCounter), num_tiles, mTileCounter)
+            # TileConfig.ticket_early: taken inside the tile's last loads (load_tile).
+            if const_expr(self.ticket_early):
+                t = self.next_tile(t, ticket, num_tiles, mTileCounter)
+            else:
+                t = self.next_tile(t, self.take_ticket(num_tiles, mTileCounter), num_tiles, mTileCounter)
+            if const_expr(self.trace):
+                if lane == 0:
+                    trace.stamp_tile(lse_args[0], trace.EV_NEXT_KNOWN, cutlass.max(q_state.count - 1, 0))
         none = SeqlenInfo(Int32(0), Int32(0), Int32(0), Int32(0))
         tile_state = self.hand_over(
             pipe_tile, sTile, tile_state, Int32(0), Int32(0), Int32(0), Int32(0), none, self.items_of(Int32(0), Int32(0), pack_r)

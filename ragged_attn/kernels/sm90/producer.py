@@ -237,10 +237,13 @@ class TmaProducer:
     @cute.jit
     def load_tile(
         self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
-        q_state, kv_state, items=(),
+        q_state, kv_state, items=(), ticket_args=None,
     ):  # fmt: skip
         """Producer warp 0 (ragged): TMA loads of one tile's key blocks, last first, and Q after
-        the first block's K (or alone when the tile sees no key). Returns (q_state, kv_state)."""
+        the first block's K (or alone when the tile sees no key). Returns (q_state, kv_state);
+        with ticket_args = (num_tiles, mTileCounter) (TileConfig.ticket_early) also the next
+        tile's ticket, taken ticket_early blocks before the end of the loads (at the first block
+        of a tile with fewer, after them of a tile with none)."""
         q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched = loads
         pack_r, ratio, row_mult = sched[2], sched[3], sched[12]
         head_kv = kv_head(unit, pack_r, ratio, row_mult)
@@ -270,8 +273,14 @@ class TmaProducer:
         else:
             if n_blocks <= 0:
                 self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
+        if const_expr(ticket_args is not None):
+            ticket = Int32(0)
+            ticket_at = cutlass.max(n_blocks - self.ticket_early, 0)
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
+            if const_expr(ticket_args is not None):
+                if i == ticket_at:  # in flight during this block's stage waits
+                    ticket = self.take_ticket(*ticket_args)
             self.load_kv_stage(pipe_k, tma_atom_K, tKgK, tKsK, n_block, kv_state, policy)
             if const_expr(not self.q_first):
                 if i == 0:
@@ -279,6 +288,10 @@ class TmaProducer:
             self.load_kv_stage(pipe_v, tma_atom_V, tVgV, tVsV, n_block, kv_state, policy)
             kv_state.advance()
         q_state.advance()
+        if const_expr(ticket_args is not None):
+            if n_blocks <= 0:
+                ticket = self.take_ticket(*ticket_args)
+            return q_state, kv_state, ticket
         return q_state, kv_state
 
     @cute.jit

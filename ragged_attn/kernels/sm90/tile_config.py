@@ -191,6 +191,12 @@ class TileConfig:
     # keep the default policy. A measurement variant (H100, session 19: paged / ragged within +-1% of
     # the DSL's policy; vLLM's mixed batch not yet measured with it).
     l2_hints: int = 0
+    # Ragged classes: the producer warp takes its next tile's ticket this many key blocks before the
+    # end of the current tile's loads (1: before acquiring the last block's K stage), its atomic
+    # then in flight during the stage waits; 0: after the tile's loads, as a CTA claims its next
+    # tile only once it has room for it. A measurement variant (session 27's trace: on 4 x 512 d128
+    # the MMA warpgroups wait 1.2-1.9 us for each tile's Q after the first).
+    ticket_early: int = 0
     # Diagnostic builds only (trace.py): stamp the global timer at each CTA's entry, tile hand-overs,
     # Q waits, loops and stores into the LSE buffer instead of the LSE (tools/trace_timeline.py).
     trace_timeline: bool = False
@@ -235,6 +241,8 @@ class TileConfig:
             raise ValueError("TileConfig.l2_group_always: needs l2_group_max (the groups' size)")
         if self.l2_hints not in (0, 1, 2):
             raise ValueError(f"TileConfig.l2_hints: expected 0, 1 or 2, got {self.l2_hints}")
+        if self.ticket_early < 0:
+            raise ValueError(f"TileConfig.ticket_early: expected 0 (off) or key blocks >= 1, got {self.ticket_early}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 

@@ -12,7 +12,9 @@ Events (per tile ones indexed by the tile's order in its CTA, the last slot hold
 TRACE_TILES - 1):
 - EV_ENTRY: thread 0 at the kernel's first instruction; EV_INIT: thread 0 after the barriers'
   init wait (pipeline.pipeline_init_wait).
-- EV_DECODED + k: producer warp 0 (lane 0) has decoded its k-th tile, before handing it over.
+- EV_DECODED + k: producer warp 0 (lane 0) has decoded its k-th tile, before handing it over;
+  EV_LOADS_ISSUED + k: it has issued the tile's loads (the last K/V stage acquired); EV_NEXT_KNOWN
+  + k: it holds the index of its next tile (the tile counter's ticket back).
 - EV_TAKEN + k, EV_Q_READY + k, EV_MAIN_DONE + k, EV_TILE_DONE + k: MMA warpgroup 0's thread 0 at
   its k-th tile's start (handed over), after Q's wait, after the key-block loop, after the
   epilogue's stores were issued.
@@ -32,7 +34,9 @@ EV_TAKEN = EV_DECODED + TRACE_TILES
 EV_Q_READY = EV_TAKEN + TRACE_TILES
 EV_MAIN_DONE = EV_Q_READY + TRACE_TILES
 EV_TILE_DONE = EV_MAIN_DONE + TRACE_TILES
-EV_MMA_EXIT = EV_TILE_DONE + TRACE_TILES
+EV_LOADS_ISSUED = EV_TILE_DONE + TRACE_TILES
+EV_NEXT_KNOWN = EV_LOADS_ISSUED + TRACE_TILES
+EV_MMA_EXIT = EV_NEXT_KNOWN + TRACE_TILES
 EV_PRODUCER_EXIT = EV_MMA_EXIT + 1
 TRACE_EVENTS = EV_PRODUCER_EXIT + 1
 
