@@ -74,8 +74,14 @@ def test_summary_first_tile_and_exits():
     assert "GPU time 21.00 us; stamps span 12.40 us" in text
     assert "entry: last CTA 0.40 us after the first" in text
     assert "tile 0 Q ready" in text and "2.50 us after its entry" in text
-    assert "tile 1: stores-to-stores   4.00 us; MMA wg 0 idle after tile 0's stores -0.40 (taken) +  0.20 (Q) us" in text
-    assert "producer: tile 0's loads issued  3.00 us before its stores; then next index  0.70, decode  0.50 us" in text
+    assert (
+        "tile 1: stores-to-stores   4.00 us; MMA wg 0 idle after tile 0's stores -0.40 (taken) +  0.20 (Q) us"
+        in text
+    )
+    assert (
+        "producer: tile 0's loads issued  3.00 us before its stores; then next index  0.70, decode  0.50 us"
+        in text
+    )
     assert "MMA exit: first 12.00, median 12.00, last 12.40 us" in text  # torch: the lower middle
 
 

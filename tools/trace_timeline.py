@@ -107,6 +107,7 @@ def summarize(runs: list[tuple[float, torch.Tensor]]) -> list[str]:
         lines.append(
             f"  {label:28s} {col(lambda t, ev=ev: (t[:, ev] - t[:, tr.EV_ENTRY]).nanmedian().item()):8.2f} us after its entry"
         )
+
     def gap(later, earlier):  # median over CTAs of later - earlier (events of one CTA)
         return lambda t: (t[:, later] - t[:, earlier]).nanmedian().item()
 
