@@ -63,6 +63,18 @@
 #         with [".devcache/b", ".devcache/nm"]:
 #         ISSUE10_LSE=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/nm RAGGED_ATTN_VARIANTS=eqr0,tf0,pp0,wge0,tos0
 #         BENCH_REPS=20 python3 tools/bench_issue10.py "d128 nomask" (and again with ISSUE10_LSE=1).
+#         Session 27 (H100; five start attempts refused, ~600 s): eqr0 taken for the ragged d128
+#         no-mask LSE class (two runs; the nolse class keeps early Q release); ISSUE10_ROWS wave
+#         sweep (B x 512 no mask beside cuDNN: ours 3.4 us more fixed cost a launch, 6% less per wave);
+#         ncu_nomask; the trace build (tools/trace_timeline.py, carry [".devcache/b", ".devcache/tk"]:
+#         RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tk python3 tools/trace_timeline.py 4x512:32/8:128:nomask)
+#         shows the MMA warpgroups waiting 0.6-1.9 us for each multi-block tile's Q.
+#         Next: TileConfig.ticket_early (objects in .devcache/tk: root = main's d128 none / causal
+#         nolse, tk1 / tk2 = ticket_early 1 / 2, trace/ and t1/trace/ = the trace builds of main and
+#         ticket_early 1): ISSUE10_LSE=0 ISSUE10_PEERS=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tk
+#         RAGGED_ATTN_VARIANTS=tk1,tk2 python3 tools/bench_issue10.py "h32/8 d128" and the trace of both
+#         (RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tk/t1 for the variant's); then the next tile's Q
+#         issued as soon as its index is known (the decode inside the current tile's last loads).
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
