@@ -158,6 +158,25 @@ def test_two_q_buffers_exactly_where_o_has_its_own():
         TileConfig(128, 128, q_stages=3)
 
 
+def test_ticket_early_and_q_ahead_configs():
+    """The measurement variants of session 27 (off in every class): ticket_early counts key blocks,
+    q_ahead needs it and the second Q buffer, and the trace build needs a class with LSE."""
+    from ragged_attn.kernels.sm90.launch import kernel_for
+
+    for (dq, dv), mask, kv in itertools.product(HEAD_DIM_CLASSES, ("none", "causal", "window"), ("ragged", "paged")):
+        cfg = tile_config(LayoutClass("sm_90a", dq, dv, "bf16", "bf16", mask, True, kv))
+        assert (cfg.ticket_early, cfg.q_ahead, cfg.trace_timeline) == (0, False, False), (dq, mask, kv)
+    with pytest.raises(ValueError, match="ticket_early"):
+        TileConfig(128, 128, ticket_early=-1)
+    with pytest.raises(ValueError, match="q_ahead"):
+        TileConfig(128, 128, q_stages=2, q_ahead=True)  # no ticket_early
+    with pytest.raises(ValueError, match="q_ahead"):
+        TileConfig(128, 128, ticket_early=1, q_ahead=True)  # one Q buffer
+    nolse = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "none", False, "ragged")
+    with pytest.raises(ValueError, match="trace_timeline"):
+        kernel_for(nolse, dataclasses.replace(tile_config(nolse), trace_timeline=True))
+
+
 def test_config_that_does_not_fit_is_refused():
     lc = LayoutClass("sm_90a", 256, 256, "bf16", "bf16", "causal", True, "ragged")
     with pytest.raises(ValueError, match="smem"):

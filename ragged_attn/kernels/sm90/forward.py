@@ -252,6 +252,9 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
             config.paged_fence_gathered_only and paged and config.paged_consumer_fence and config.page_tma != 0
         )
         self.ticket_early = 0 if paged else config.ticket_early  # load_tile takes the next ticket (ragged)
+        self.q_ahead = config.q_ahead and not paged  # load_tile issues the next tile's Q there too
+        if self.q_ahead and (config.q_stages != 2 or not config.ticket_early):
+            raise ValueError(f"RaggedForwardSm90: {config}: q_ahead needs q_stages == 2 and ticket_early >= 1")
         self.batch_order = config.batch_order  # sort_batch: 2 .. batch_order sequences dealt longest first
         # sort_batch ranks streaming rows first, walk_tiles deals their tiles among the others'
         self.stream_mix = bool(config.stream_mix and config.batch_order)
@@ -1096,6 +1099,11 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         t = Int64(cute.arch.block_idx()[0])
         if const_expr(self.ticket_early):
             ticket = Int32(0)  # the next tile's ticket, taken by load_one
+        # q_ahead in the walk's copy without split-KV and row packing only (their constant 1s): in
+        # the general copy the next tile's decode spilled the producer's 24 registers (d128 causal).
+        q_ahead = self.q_ahead and isinstance(splits[0], int) and isinstance(sched[12], int)
+        if const_expr(q_ahead):
+            q_issued = Int32(0)  # the tile t's Q was issued by its predecessor's loads
         while t < num_tiles:
             t_dealt = t
             if const_expr(self.stream_mix):
@@ -1109,7 +1117,12 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
                         trace.stamp_tile(lse_args[0], trace.EV_DECODED, q_state.count)
                 go = split + 1  # non-zero: a tile; the readers recover its split
                 tile_state = self.hand_over(pipe_tile, sTile, tile_state, go, unit, tile, batch_idx, seqlen, items)
-                if const_expr(self.ticket_early):
+                if const_expr(q_ahead):
+                    q_state, kv_state, ticket, q_issued = load_one(
+                        loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items,
+                        ticket_args=(num_tiles, mTileCounter), ahead=(sched, mask_numbers, splits, q_issued),
+                    )  # fmt: skip
+                elif const_expr(self.ticket_early):
                     q_state, kv_state, ticket = load_one(
                         loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items,
                         ticket_args=(num_tiles, mTileCounter),
@@ -1123,6 +1136,8 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
                 self.fill_padded_lse(lse_args, seqlen, batch_idx, unit, tile, pack_r, lane, 32)
                 if const_expr(self.ticket_early):
                     ticket = self.take_ticket(num_tiles, mTileCounter)
+                if const_expr(q_ahead):
+                    q_issued = Int32(0)  # a tile without rows issues nothing ahead
             # The ticket after this tile's loads: taken earlier (at the tile's decode), it cost 4 x
             # 512 d128 6% (a CTA claims its next tile before it has room for it; H200, session 5).
             # TileConfig.ticket_early: taken inside the tile's last loads (load_tile).

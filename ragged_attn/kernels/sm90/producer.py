@@ -237,13 +237,17 @@ class TmaProducer:
     @cute.jit
     def load_tile(
         self, loads, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
-        q_state, kv_state, items=(), ticket_args=None,
+        q_state, kv_state, items=(), ticket_args=None, ahead=None,
     ):  # fmt: skip
         """Producer warp 0 (ragged): TMA loads of one tile's key blocks, last first, and Q after
         the first block's K (or alone when the tile sees no key). Returns (q_state, kv_state);
         with ticket_args = (num_tiles, mTileCounter) (TileConfig.ticket_early) also the next
         tile's ticket, taken ticket_early blocks before the end of the loads (at the first block
-        of a tile with fewer, after them of a tile with none)."""
+        of a tile with fewer, after them of a tile with none). ahead = (sched, mask_numbers,
+        splits, q_issued) (TileConfig.q_ahead): a tile of more than ticket_early blocks decodes
+        its successor where it takes the ticket and, if that one has query rows, issues its Q
+        into the next Q buffer there (`q_issued` != 0: this tile's own Q was issued so by its
+        predecessor); then returns (q_state, kv_state, ticket, q_next), q_next 1 where it did."""
         q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched = loads
         pack_r, ratio, row_mult = sched[2], sched[3], sched[12]
         head_kv = kv_head(unit, pack_r, ratio, row_mult)
@@ -268,31 +272,66 @@ class TmaProducer:
         policy = self.kv_policy(seqlen.len_q, row_mult, pack_r, ratio) if const_expr(self.l2_hints) else None
         # Block i (i = 0 .. n_blocks - 1) is key block n_block_max - 1 - i; Q goes after block 0's K
         # (or alone when the tile sees no key; before it with q_first).
+        own_q = Int32(1)
+        if const_expr(ahead is not None):
+            own_q = Int32(ahead[3] == 0)  # its predecessor issued this tile's Q
         if const_expr(self.q_first):
-            self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
+            if own_q != 0:
+                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
         else:
             if n_blocks <= 0:
-                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
+                if own_q != 0:
+                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
         if const_expr(ticket_args is not None):
             ticket = Int32(0)
             ticket_at = cutlass.max(n_blocks - self.ticket_early, 0)
+        if const_expr(ahead is not None):
+            q_next = Int32(0)
         for i in cutlass.range(n_blocks, unroll=1):
             n_block = n_block_max - 1 - i
             if const_expr(ticket_args is not None):
                 if i == ticket_at:  # in flight during this block's stage waits
                     ticket = self.take_ticket(*ticket_args)
+                    if const_expr(ahead is not None):
+                        if i > 0:  # a tile of more blocks than ticket_early: its successor's Q now
+                            q_next = self.load_next_q(loads, ahead, ticket_args[0], ticket, q_state)
             self.load_kv_stage(pipe_k, tma_atom_K, tKgK, tKsK, n_block, kv_state, policy)
             if const_expr(not self.q_first):
                 if i == 0:
-                    self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
+                    if own_q != 0:
+                        self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
             self.load_kv_stage(pipe_v, tma_atom_V, tVgV, tVsV, n_block, kv_state, policy)
             kv_state.advance()
         q_state.advance()
         if const_expr(ticket_args is not None):
             if n_blocks <= 0:
                 ticket = self.take_ticket(*ticket_args)
+            if const_expr(ahead is not None):
+                return q_state, kv_state, ticket, q_next
             return q_state, kv_state, ticket
         return q_state, kv_state
+
+    @cute.jit
+    def load_next_q(self, loads, ahead, num_tiles: Int64, ticket: Int32, q_state) -> Int32:
+        """TileConfig.q_ahead, inside a tile's loads: the tile the ticket (lane 0's) gives, decoded
+        as walk_tiles will decode it, gets its Q into the next Q buffer if it has query rows
+        (q_stages 2: that buffer's last tile released it long before). Returns 1 where it did."""
+        q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched = loads
+        sched_a, mask_numbers, splits = ahead[:3]
+        issued = Int32(0)
+        t_next = Int64(cute.arch.shuffle_sync(ticket, 0)) + Int64(cute.arch.grid_dim()[0])
+        # (above 2**31 - 1 tiles no ticket is taken: walk_tiles strides statically, nothing ahead)
+        if t_next < num_tiles and num_tiles <= Int64(2**31 - 1):
+            t_dealt = t_next
+            if const_expr(self.stream_mix):
+                t_dealt = self.mixed_tile(t_next, num_tiles, sched_a[13])
+            unit, tile, _, has_rows, seqlen, _, items, _ = self.tile_at(t_dealt, sched_a, mask_numbers, splits)
+            if has_rows != 0:
+                q_next_state = q_state.clone()
+                q_next_state.advance()
+                self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_next_state, seqlen, tile, unit, sched_a[2], items, sched_a[12])
+                issued = Int32(1)
+        return issued
 
     @cute.jit
     def load_kv_stage(self, pipe, tma_atom, src: cute.Tensor, dst: cute.Tensor, n_block: Int32, kv_state, policy=None):

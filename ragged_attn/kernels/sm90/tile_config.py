@@ -197,6 +197,12 @@ class TileConfig:
     # tile only once it has room for it. A measurement variant (session 27's trace: on 4 x 512 d128
     # the MMA warpgroups wait 1.2-1.9 us for each tile's Q after the first).
     ticket_early: int = 0
+    # Ragged classes with ticket_early and two Q buffers: where a tile of more than ticket_early key
+    # blocks takes its ticket, the producer also decodes the next tile and issues its Q into the
+    # other Q buffer, before the current tile's last stage waits (its own Q then is not issued
+    # again; the next tile is decoded again for its hand-over). A measurement variant (session
+    # 27's trace: Q, read once from DRAM, arrives 0.6-1.9 us after the MMA warpgroups want it).
+    q_ahead: bool = False
     # Diagnostic builds only (trace.py): stamp the global timer at each CTA's entry, tile hand-overs,
     # Q waits, loops and stores into the LSE buffer instead of the LSE (tools/trace_timeline.py).
     trace_timeline: bool = False
@@ -243,6 +249,8 @@ class TileConfig:
             raise ValueError(f"TileConfig.l2_hints: expected 0, 1 or 2, got {self.l2_hints}")
         if self.ticket_early < 0:
             raise ValueError(f"TileConfig.ticket_early: expected 0 (off) or key blocks >= 1, got {self.ticket_early}")
+        if self.q_ahead and (not self.ticket_early or self.q_stages != 2):
+            raise ValueError("TileConfig.q_ahead: needs ticket_early >= 1 and q_stages == 2 (the next tile's Q buffer)")
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
