@@ -84,6 +84,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
+from . import trace
 from .block_info import UNBOUNDED, BlockInfo
 from .epilogue import lse_index, store_tile, turn_threads
 from .mainloop import SCHED_BARRIER_BASE, MmaMainloops
@@ -93,7 +94,6 @@ from .producer import TmaProducer
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes, tile_words
-from . import trace
 from .tile_scheduler import (
     PACK_MIN_SAVING,
     ROW_BLOCK,

@@ -316,7 +316,7 @@ class TmaProducer:
         """TileConfig.q_ahead, inside a tile's loads: the tile the ticket (lane 0's) gives, decoded
         as walk_tiles will decode it, gets its Q into the next Q buffer if it has query rows
         (q_stages 2: that buffer's last tile released it long before). Returns 1 where it did."""
-        q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched = loads
+        q_tma, _, _, sQ, _, _, tma_atom_Q, _, _, pipe_q, _, _, _ = loads
         sched_a, mask_numbers, splits = ahead[:3]
         issued = Int32(0)
         t_next = Int64(cute.arch.shuffle_sync(ticket, 0)) + Int64(cute.arch.grid_dim()[0])
