@@ -69,12 +69,17 @@
 #         ncu_nomask; the trace build (tools/trace_timeline.py, carry [".devcache/b", ".devcache/tk"]:
 #         RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tk python3 tools/trace_timeline.py 4x512:32/8:128:nomask)
 #         shows the MMA warpgroups waiting 0.6-1.9 us for each multi-block tile's Q.
-#         Next: TileConfig.ticket_early (objects in .devcache/tk: root = main's d128 none / causal
-#         nolse, tk1 / tk2 = ticket_early 1 / 2, trace/ and t1/trace/ = the trace builds of main and
-#         ticket_early 1): ISSUE10_LSE=0 ISSUE10_PEERS=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tk
-#         RAGGED_ATTN_VARIANTS=tk1,tk2 python3 tools/bench_issue10.py "h32/8 d128" and the trace of both
-#         (RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tk/t1 for the variant's); then the next tile's Q
-#         issued as soon as its index is known (the decode inside the current tile's last loads).
+#         Next: TileConfig.ticket_early and q_ahead (docs/benchmarks/2026-12-07-h100-issue10-session27
+#         section 4; objects in .devcache/tk: root = main's d128 none / causal nolse, tk1 / tk2
+#         ticket_early 1 / 2, qa / qa2 q_ahead with ticket_early 1 / 2, qa32 qa with producer_regs 32;
+#         trace/, t1/trace/, tqa/trace/ the trace builds of main, tk1, qa). Call 2 with
+#         [".devcache/b", ".devcache/tk"]: ISSUE10_LSE=0 ISSUE10_PEERS=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tk
+#         RAGGED_ATTN_VARIANTS=tk1,tk2,qa,qa2,qa32 ISSUE10_ROWS=33x512:32/8:128:nomask BENCH_REPS=20
+#         python3 tools/bench_issue10.py "h32/8 d128"; then for p in tk tk/t1 tk/tqa:
+#         RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/$p python3 tools/trace_timeline.py 4x512:32/8:128:nomask
+#         (and 64x128:32/8:128:causal). A winner's GPU tests: RAGGED_ATTN_TEST_TILE_CONFIG=ticket_early=1,q_ahead=True
+#         on tests/gpu/test_kernel_sm90.py test_batch_order_gpu.py test_pack_rows_gpu.py test_split_kv_gpu.py
+#         (compiled there: no prebuilt objects), then turn it on in tile_config and run the sweep.
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
