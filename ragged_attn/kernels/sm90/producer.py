@@ -244,10 +244,11 @@ class TmaProducer:
         with ticket_args = (num_tiles, mTileCounter) (TileConfig.ticket_early) also the next
         tile's ticket, taken ticket_early blocks before the end of the loads (at the first block
         of a tile with fewer, after them of a tile with none). ahead = (sched, mask_numbers,
-        splits, q_issued) (TileConfig.q_ahead): a tile of more than ticket_early blocks decodes
-        its successor where it takes the ticket and, if that one has query rows, issues its Q
-        into the next Q buffer there (`q_issued` != 0: this tile's own Q was issued so by its
-        predecessor); then returns (q_state, kv_state, ticket, q_next), q_next 1 where it did."""
+        splits, q_issued) (TileConfig.q_ahead): a tile of at least ticket_early + 2 blocks decodes
+        its successor after the K load of the block where it took the ticket and, if that one has
+        query rows, issues its Q into the next Q buffer there (`q_issued` != 0: this tile's own Q
+        was issued so by its predecessor); then returns (q_state, kv_state, ticket, q_next), q_next
+        1 where it did."""
         q_tma, tma_K, tma_V, sQ, sK, sV, tma_atom_Q, tma_atom_K, tma_atom_V, pipe_q, pipe_k, pipe_v, sched = loads
         pack_r, ratio, row_mult = sched[2], sched[3], sched[12]
         head_kv = kv_head(unit, pack_r, ratio, row_mult)
@@ -292,14 +293,17 @@ class TmaProducer:
             if const_expr(ticket_args is not None):
                 if i == ticket_at:  # in flight during this block's stage waits
                     ticket = self.take_ticket(*ticket_args)
-                    if const_expr(ahead is not None):
-                        if i > 0:  # a tile of more blocks than ticket_early: its successor's Q now
-                            q_next = self.load_next_q(loads, ahead, ticket_args[0], ticket, q_state)
             self.load_kv_stage(pipe_k, tma_atom_K, tKgK, tKsK, n_block, kv_state, policy)
             if const_expr(not self.q_first):
                 if i == 0:
                     if own_q != 0:
                         self.load_q(q_tma, sQ, tma_atom_Q, pipe_q, q_state, seqlen, tile, unit, pack_r, items, sched[12])
+            if const_expr(ahead is not None):
+                # A tile of at least ticket_early + 2 blocks: its successor's Q, between this block's K
+                # and V (the ticket's atomic was in flight during K's stage wait). Two blocks in, the
+                # previous tile, whose release frees that Q buffer, has long passed its last S GEMM.
+                if i == ticket_at and i >= 2:
+                    q_next = self.load_next_q(loads, ahead, ticket_args[0], ticket, q_state)
             self.load_kv_stage(pipe_v, tma_atom_V, tVgV, tVsV, n_block, kv_state, policy)
             kv_state.advance()
         q_state.advance()
@@ -315,7 +319,8 @@ class TmaProducer:
     def load_next_q(self, loads, ahead, num_tiles: Int64, ticket: Int32, q_state) -> Int32:
         """TileConfig.q_ahead, inside a tile's loads: the tile the ticket (lane 0's) gives, decoded
         as walk_tiles will decode it, gets its Q into the next Q buffer if it has query rows
-        (q_stages 2: that buffer's last tile released it long before). Returns 1 where it did."""
+        (q_stages 2: the buffer of the tile before this one, which releases it after its last S
+        GEMM, or after its mainloop without early_q_release). Returns 1 where it did."""
         q_tma, _, _, sQ, _, _, tma_atom_Q, _, _, pipe_q, _, _, _ = loads
         sched_a, mask_numbers, splits = ahead[:3]
         issued = Int32(0)

@@ -197,10 +197,10 @@ class TileConfig:
     # tile only once it has room for it. A measurement variant (session 27's trace: on 4 x 512 d128
     # the MMA warpgroups wait 1.2-1.9 us for each tile's Q after the first).
     ticket_early: int = 0
-    # Ragged classes with ticket_early and two Q buffers: where a tile of more than ticket_early key
-    # blocks takes its ticket, the producer also decodes the next tile and issues its Q into the
-    # other Q buffer, before the current tile's last stage waits (its own Q then is not issued
-    # again; the next tile is decoded again for its hand-over). A measurement variant (session
+    # Ragged classes with ticket_early and two Q buffers: in a tile of at least ticket_early + 2 key
+    # blocks, after the K load of the block where it took its ticket, the producer also decodes the
+    # next tile and issues its Q into the other Q buffer, before the current tile's last V stage
+    # waits (its own Q then is not issued again; the next tile is decoded again for its hand-over). A measurement variant (session
     # 27's trace: Q, read once from DRAM, arrives 0.6-1.9 us after the MMA warpgroups want it).
     q_ahead: bool = False
     # Diagnostic builds only (trace.py): stamp the global timer at each CTA's entry, tile hand-overs,
