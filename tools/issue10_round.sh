@@ -69,7 +69,8 @@
 #         ncu_nomask; the trace build (tools/trace_timeline.py, carry [".devcache/b", ".devcache/tk"]:
 #         RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tk python3 tools/trace_timeline.py 4x512:32/8:128:nomask)
 #         shows the MMA warpgroups waiting 0.6-1.9 us for each multi-block tile's Q.
-#         Next: TileConfig.ticket_early and q_ahead (docs/benchmarks/2026-12-07-h100-issue10-session27
+#         Next (call 2: source .devcache/b/bootstrap.sh >/dev/null 2>&1; bash tools/issue10_round.sh qahead,
+#         carry [".devcache/b", ".devcache/tk"]): TileConfig.ticket_early and q_ahead (docs/benchmarks/2026-12-07-h100-issue10-session27
 #         section 4; objects in .devcache/tk: root = main's d128 none / causal nolse, tk1 / tk2
 #         ticket_early 1 / 2, qa / qa2 q_ahead with ticket_early 1 / 2, qa32 qa with producer_regs 32;
 #         trace/, t1/trace/, tqa/trace/ the trace builds of main, tk1, qa). Call 2 with
@@ -101,6 +102,9 @@
 #            128 (and 16 in order) on 1 x 8192, longtail14, 64 x 128
 #   ncu_nomask  serving-full's d128 no-mask rows under ncu (sections), ours' nolse class beside cuDNN's
 #            padded SDPA (4 x 512) and FA4 (1 x 16384); logs $OUT/ncu_nomask_*.log
+#   qahead   session 27's producer variants (ticket_early, q_ahead; .devcache/tk) beside main on the
+#            h32/8 d128 rows and 33 x 512, then the trace builds of main / tk1 / qa on 4 x 512 and 64 x 128;
+#            logs $OUT/qahead_bench.log, $OUT/qahead_trace.log
 #   ncu      page 16 in order / shuffled / windowed / spread, and page 128, under ncu on 64 x 128
 #            (tools/ncu_paged_driver.py; DRAM bytes, L2 hit rate, duration)
 #   switch   tools/probe_kernel_switch.py (each launch after a GEMM, after itself, after the other
@@ -223,6 +227,22 @@ ncu_nomask)
       python3 tools/ncu_issue10.py "$row" ours "$peer" > "$log" 2>&1
     grep -E "^profiled|Duration|DRAM Throughput|L2 Hit|Compute \(SM\)|Issue Slots Busy|No Eligible|Grid Size|Registers Per" "$log" | cut -c1-120
   done
+  ;;
+qahead)
+  # Session 27's variants (carry [".devcache/b", ".devcache/tk"]): main's d128 none / causal nolse
+  # beside ticket_early 1 / 2 (tk1, tk2) and q_ahead (qa, qa2, qa32), then the trace builds of main,
+  # tk1 and qa (tools/trace_timeline.py) on a multi-block and a one-block row.
+  ISSUE10_LSE=0 ISSUE10_PEERS=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tk RAGGED_ATTN_VARIANTS=tk1,tk2,qa,qa2,qa32 \
+    ISSUE10_ROWS=33x512:32/8:128:nomask BENCH_REPS=${BENCH_REPS:-20} timeout ${BENCH_S:-240} \
+    python3 tools/bench_issue10.py "h32/8 d128" > $OUT/qahead_bench.log 2>&1
+  grep "^| " $OUT/qahead_bench.log
+  for p in tk tk/t1 tk/tqa; do
+    for row in 4x512:32/8:128:nomask 64x128:32/8:128:causal; do
+      echo "=== $p"
+      RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/$p timeout 60 python3 tools/trace_timeline.py $row --reps 20 2>&1 | grep -v -i warn
+    done
+  done > $OUT/qahead_trace.log
+  grep -E "^===|^[0-9]+x|GPU time|tile [123]:|producer:" $OUT/qahead_trace.log
   ;;
 ncu_rows)
   # Session 24: DRAM bytes, L2 hit rate and time of each kernel of issue 10's rows (tools/ncu_issue10.py;
