@@ -81,15 +81,24 @@ ROWS = (
 )
 
 
+def parse_row(spec: str):
+    """A uniform row "BxL:Hq/Hkv:d:causal|nomask" (e.g. "33x512:32/8:128:nomask") -> (lens, hq,
+    hkv, d, causal); also tools/trace_timeline.py's row argument."""
+    shape, heads, d, mask = spec.split(":")
+    b, n = (int(x) for x in shape.split("x"))
+    hq, hkv = (int(x) for x in heads.split("/"))
+    if mask not in ("causal", "nomask"):
+        raise SystemExit(f"row {spec!r}: mask: expected causal or nomask, got {mask!r}")
+    return [n] * b, hq, hkv, int(d), mask == "causal"
+
+
 def extra_rows() -> tuple:
-    """ISSUE10_ROWS="B x L : H_q / H_kv : d : causal|nomask" entries separated by commas (e.g.
-    "33x512:32/8:128:nomask"): uniform rows beside the table's, for a wave-count sweep."""
+    """ISSUE10_ROWS: `parse_row` specs separated by commas: uniform rows beside the table's, for a
+    wave-count sweep."""
     rows = []
     for spec in filter(None, os.environ.get("ISSUE10_ROWS", "").split(",")):
         shape, heads, d, mask = spec.split(":")
-        b, n = (int(x) for x in shape.split("x"))
-        hq, hkv = (int(x) for x in heads.split("/"))
-        rows.append((f"{shape} h{heads} d{d} {mask} (ISSUE10_ROWS)", [n] * b, hq, hkv, int(d), mask == "causal"))
+        rows.append((f"{shape} h{heads} d{d} {mask} (ISSUE10_ROWS)", *parse_row(spec)))
     return tuple(rows)
 
 
@@ -236,7 +245,9 @@ def main():
                 diffs[label] = (o.float() - ref).abs().max().item()
                 good[label] = call
             except Exception as e:  # report and go on
-                table.append((name, f"{label} FAILED {type(e).__name__}: {e}"[:150], float("nan"), 0.0, float("nan")))
+                table.append(
+                    (name, f"{label} FAILED {type(e).__name__}: {e}"[:150], float("nan"), 0.0, float("nan"))
+                )
                 print(table[-1], flush=True)
         # Interleaved (timing.gpu_ms_interleaved): every implementation in every round, so clock
         # drift under load falls on all alike.

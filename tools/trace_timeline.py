@@ -36,6 +36,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench_issue10 import parse_row  # noqa: E402  (tools/, the script's own folder)
+
 from ragged_attn.kernels.sm90 import launch_forward  # noqa: E402
 from ragged_attn.kernels.sm90 import trace as tr  # noqa: E402
 from ragged_attn.layout_class import LayoutClass  # noqa: E402
@@ -52,16 +54,6 @@ def load_trace_kernel(lc: LayoutClass):
     from ragged_attn.kernels.sm90.tile_config import tile_config
 
     return compile_forward(lc, config=dataclasses.replace(tile_config(lc), trace_timeline=True))
-
-
-def parse_row(spec: str):
-    """ "BxL:Hq/Hkv:d:causal|nomask" -> (lens, hq, hkv, d, causal)."""
-    shape, heads, d, mask = spec.split(":")
-    b, n = (int(x) for x in shape.split("x"))
-    hq, hkv = (int(x) for x in heads.split("/"))
-    if mask not in ("causal", "nomask"):
-        raise SystemExit(f"trace_timeline: mask: expected causal or nomask, got {mask!r}")
-    return [n] * b, hq, hkv, int(d), mask == "causal"
 
 
 def decode_stamps(buf: torch.Tensor, grid: int) -> torch.Tensor:
