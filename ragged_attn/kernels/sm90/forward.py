@@ -253,8 +253,6 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         )
         self.ticket_early = 0 if paged else config.ticket_early  # load_tile takes the next ticket (ragged)
         self.q_ahead = config.q_ahead and not paged  # load_tile issues the next tile's Q there too
-        if self.q_ahead and (config.q_stages != 2 or not config.ticket_early):
-            raise ValueError(f"RaggedForwardSm90: {config}: q_ahead needs q_stages == 2 and ticket_early >= 1")
         self.batch_order = config.batch_order  # sort_batch: 2 .. batch_order sequences dealt longest first
         # sort_batch ranks streaming rows first, walk_tiles deals their tiles among the others'
         self.stream_mix = bool(config.stream_mix and config.batch_order)
@@ -1117,18 +1115,17 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
                         trace.stamp_tile(lse_args[0], trace.EV_DECODED, q_state.count)
                 go = split + 1  # non-zero: a tile; the readers recover its split
                 tile_state = self.hand_over(pipe_tile, sTile, tile_state, go, unit, tile, batch_idx, seqlen, items)
+                extra = {}  # TileConfig.ticket_early / q_ahead: load_one also returns the ticket / q_issued
+                if const_expr(self.ticket_early):
+                    extra["ticket_args"] = (num_tiles, mTileCounter)
                 if const_expr(q_ahead):
-                    q_state, kv_state, ticket, q_issued = load_one(
-                        loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items,
-                        ticket_args=(num_tiles, mTileCounter), ahead=(sched, mask_numbers, splits, q_issued),
-                    )  # fmt: skip
-                elif const_expr(self.ticket_early):
-                    q_state, kv_state, ticket = load_one(
-                        loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items,
-                        ticket_args=(num_tiles, mTileCounter),
-                    )  # fmt: skip
-                else:
-                    q_state, kv_state = load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items)
+                    extra["ahead"] = (sched, mask_numbers, splits, q_issued)
+                loaded = load_one(loads, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, items, **extra)
+                q_state, kv_state = loaded[:2]
+                if const_expr(self.ticket_early):
+                    ticket = loaded[2]
+                if const_expr(q_ahead):
+                    q_issued = loaded[3]
                 if const_expr(self.trace):
                     if lane == 0:
                         trace.stamp_tile(lse_args[0], trace.EV_LOADS_ISSUED, q_state.count - 1)

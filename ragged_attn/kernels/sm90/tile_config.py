@@ -200,8 +200,9 @@ class TileConfig:
     # Ragged classes with ticket_early and two Q buffers: in a tile of at least ticket_early + 2 key
     # blocks, after the K load of the block where it took its ticket, the producer also decodes the
     # next tile and issues its Q into the other Q buffer, before the current tile's last V stage
-    # waits (its own Q then is not issued again; the next tile is decoded again for its hand-over). A measurement variant (session
-    # 27's trace: Q, read once from DRAM, arrives 0.6-1.9 us after the MMA warpgroups want it).
+    # waits (its own Q then is not issued again; the next tile is decoded again for its
+    # hand-over). A measurement variant (session 27's trace: Q, read once from DRAM, arrives 0.6-1.9
+    # us after the MMA warpgroups want it).
     q_ahead: bool = False
     # Diagnostic builds only (trace.py): stamp the global timer at each CTA's entry, tile hand-overs,
     # Q waits, loops and stores into the LSE buffer instead of the LSE (tools/trace_timeline.py).
