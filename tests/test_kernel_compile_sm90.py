@@ -159,13 +159,21 @@ def test_two_q_buffers_exactly_where_o_has_its_own():
 
 
 def test_ticket_early_and_q_ahead_configs():
-    """The measurement variants of session 27 (off in every class): ticket_early counts key blocks,
+    """Session 27's producer variants: on (ticket_early 2, q_ahead) only in the d128 ragged no-mask
+    class without LSE, softcap or sinks (session 28's measurement); ticket_early counts key blocks,
     q_ahead needs it and the second Q buffer, and the trace build needs a class with LSE."""
     from ragged_attn.kernels.sm90.launch import kernel_for
 
-    for (dq, dv), mask, kv in itertools.product(HEAD_DIM_CLASSES, ("none", "causal", "window"), ("ragged", "paged")):
-        cfg = tile_config(LayoutClass("sm_90a", dq, dv, "bf16", "bf16", mask, True, kv))
-        assert (cfg.ticket_early, cfg.q_ahead, cfg.trace_timeline) == (0, False, False), (dq, mask, kv)
+    classes = itertools.product(
+        HEAD_DIM_CLASSES, ("none", "causal", "window"), (True, False), ("ragged", "paged"), (False, True)
+    )
+    for (dq, dv), mask, lse, kv, extra in classes:
+        lc = LayoutClass("sm_90a", dq, dv, "bf16", "bf16", mask, lse, kv, softcap=extra, sinks=extra)
+        cfg = tile_config(lc)
+        on = (dq, dv, mask, lse, kv, extra) == (128, 128, "none", False, "ragged", False)
+        want = (2, True, 2) if on else (0, False, cfg.q_stages)
+        assert (cfg.ticket_early, cfg.q_ahead, cfg.q_stages) == want, lc
+        assert not cfg.trace_timeline, lc
     with pytest.raises(ValueError, match="ticket_early"):
         TileConfig(128, 128, ticket_early=-1)
     with pytest.raises(ValueError, match="q_ahead"):

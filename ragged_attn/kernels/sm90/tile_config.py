@@ -194,15 +194,17 @@ class TileConfig:
     # Ragged classes: the producer warp takes its next tile's ticket this many key blocks before the
     # end of the current tile's loads (1: before acquiring the last block's K stage), its atomic
     # then in flight during the stage waits; 0: after the tile's loads, as a CTA claims its next
-    # tile only once it has room for it. A measurement variant (session 27's trace: on 4 x 512 d128
-    # the MMA warpgroups wait 1.2-1.9 us for each tile's Q after the first).
+    # tile only once it has room for it. 2 with q_ahead in the d128 no-mask nolse class (_q_ahead);
+    # 0 elsewhere (session 27's trace: on 4 x 512 d128 the MMA warpgroups wait 1.2-1.9 us for each
+    # tile's Q after the first).
     ticket_early: int = 0
     # Ragged classes with ticket_early and two Q buffers: in a tile of at least ticket_early + 2 key
     # blocks, after the K load of the block where it took its ticket, the producer also decodes the
     # next tile and issues its Q into the other Q buffer, before the current tile's last V stage
     # waits (its own Q then is not issued again; the next tile is decoded again for its
-    # hand-over). A measurement variant (session 27's trace: Q, read once from DRAM, arrives 0.6-1.9
-    # us after the MMA warpgroups want it).
+    # hand-over). On in the d128 no-mask nolse class (_q_ahead: 4 x 512 +10% on the H200); off
+    # elsewhere (session 27's trace: Q, read once from DRAM, arrived 0.6-1.9 us after the MMA
+    # warpgroups wanted it).
     q_ahead: bool = False
     # Diagnostic builds only (trace.py): stamp the global timer at each CTA's entry, tile hand-overs,
     # Q waits, loops and stores into the LSE buffer instead of the LSE (tools/trace_timeline.py).
@@ -540,7 +542,30 @@ def tile_config(layout_class) -> TileConfig:
     alias = o_aliases_q(cfg, d_qk, d_v)
     if o_aliases_q(ordered, d_qk, d_v) == alias and smem_bytes(ordered, d_qk, d_v, not alias) <= SMEM_CAPACITY:
         cfg = ordered
+    if _q_ahead(layout_class) and cfg.q_stages == 2:
+        cfg = dataclasses.replace(cfg, ticket_early=2, q_ahead=True)
     return cfg
+
+
+def _q_ahead(layout_class) -> bool:
+    """Whether a class issues its next tile's Q ahead (TileConfig.q_ahead with ticket_early 2): the
+    d128 ragged class without a mask, LSE, softcap or sinks.
+
+    H200, session 28 (2026-12-07; interleaved, one process, two runs, TFLOP/s, GPU time with the L2
+    flushed; docs/benchmarks/2026-12-07-h200-issue10-session28): 32/8 heads, no mask, 4 x 512 435.6
+    -> 480.2 and 436.8 -> 481.7 (+10%; the trace build: the MMA warpgroups' wait for each later
+    tile's Q 1.6 -> 0.1 us), 33 x 512 549.0 -> 564.2 and 565.7 -> 580.3, mixed14 647.9 -> 653.6
+    and 648.6 -> 654.7, 16 x 256 439.7 -> 438.8 and 436.3 -> 433.7, 1 x 16384 674.0 -> 672.1 and
+    674.1 -> 672.9, 8 x 256 351.6 -> 344.4 (one run). ticket_early 1 with q_ahead: 4 x 512 +5%,
+    33 x 512 +3.6%. The causal class keeps its producer: q_ahead there lost 2-3% (1 x 16384 691.3
+    -> 674.1, 4 x 512 271.4 -> 263.0; its decode spills 13 registers in the producer) and
+    ticket_early alone moved its rows -2.5 .. +1.3%. The LSE class (early Q release off) is not
+    yet measured with it."""
+    plain = not getattr(layout_class, "softcap", False) and not getattr(layout_class, "sinks", False)
+    return (
+        layout_class.d_qk == 128 and layout_class.d_v == 128 and layout_class.mask == "none"
+        and not layout_class.lse and layout_class.kv == "ragged" and plain
+    )  # fmt: skip
 
 
 def _rows(layout_class) -> bool:

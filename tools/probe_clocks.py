@@ -1,0 +1,135 @@
+"""SM clock and board power while each system runs one workload back to back: is a long row's gap to
+a peer a power-limited clock (the H200 settles from ~1.98 to ~1.6 GHz under long tensor-core loads)
+rather than cycles?
+
+For each named workload of a `python -m ragged_attn bench` suite, every system (as the suite binds it:
+ragged_attn.bench.peers) runs in phases of PHASE_S seconds of back-to-back launches (no L2 flush, no
+sleep: the steady, power-limited state), the systems alternating phase by phase (A B A B ...) so that
+drift falls on all alike. `nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw -lms 20` samples in
+the background; each phase's samples from its second half are averaged. Printed per system: median
+ms per launch (CUDA events around each launch), mean SM clock (MHz), mean board power (W) and
+ms x MHz (thousands of SM cycles a launch: the work in cycles, whatever the clock).
+
+Usage: python tools/probe_clocks.py WORKLOAD [WORKLOAD ...] [--suite serving-full]
+       [--systems ragged_attn,fa4] [--phases 3] [--phase-s 1.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from ragged_attn.bench.peers import make_systems
+from ragged_attn.bench.workloads import make_inputs, suite
+
+
+def _samples(path: str) -> list[tuple[float, float, float]]:
+    """(unix seconds, SM MHz, W) rows of nvidia-smi's csv log."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) != 3 or parts[0].startswith("timestamp"):
+                continue
+            try:
+                stamp = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                rows.append((stamp, float(parts[1].split()[0]), float(parts[2].split()[0])))
+            except ValueError:
+                continue
+    return rows
+
+
+def _phase(call, seconds: float) -> tuple[list[float], float, float]:
+    """Back-to-back launches for `seconds`; (per-launch ms, wall start, wall end)."""
+    events = []
+    start = time.time()
+    while time.time() - start < seconds:
+        for _ in range(8):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            call()
+            b.record()
+            events.append((a, b))
+        events[-1][1].synchronize()
+    end = time.time()
+    return [a.elapsed_time(b) for a, b in events], start, end
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "workloads", nargs="+", help="workload names of the suite, e.g. llama3-8b/1x16384-full"
+    )
+    parser.add_argument("--suite", default="serving-full")
+    parser.add_argument("--systems", default="ragged_attn,fa4")
+    parser.add_argument("--phases", type=int, default=3, help="phases per system (alternating)")
+    parser.add_argument("--phase-s", type=float, default=1.5, help="seconds of launches per phase")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda")
+    by_name = {w.name: w for w in suite(args.suite)}
+    missing = [n for n in args.workloads if n not in by_name]
+    if missing:
+        raise SystemExit(f"workloads: {missing} not in suite {args.suite!r}; it has {sorted(by_name)}")
+    systems = make_systems(args.systems.split(","), "cute")
+    fd, log = tempfile.mkstemp(suffix=".csv")
+    os.close(fd)
+    smi = subprocess.Popen(
+        [
+            "nvidia-smi",
+            "--query-gpu=timestamp,clocks.sm,power.draw",
+            "--format=csv,noheader",
+            "-lms",
+            "20",
+            "-f",
+            log,
+        ]
+    )
+    try:
+        print(f"{torch.cuda.get_device_name(device)}; phases {args.phases} x {args.phase_s} s a system")
+        print("| workload | system | ms / launch | SM MHz | W | k-cycles / launch |")
+        print("|---|---|---|---|---|---|")
+        for name in args.workloads:
+            w = by_name[name]
+            inp = make_inputs(w, device, 0)
+            calls = {s.name: s.bind(w, inp)[0] for s in systems if s.availability(device) is None}
+            for call in calls.values():
+                call()
+            torch.cuda.synchronize(device)
+            phases = {n: [] for n in calls}
+            for p in range(args.phases):
+                for n in list(calls)[p % len(calls) :] + list(calls)[: p % len(calls)]:
+                    phases[n].append(_phase(calls[n], args.phase_s))
+            time.sleep(0.3)  # the last samples reach the log
+            samples = _samples(log)
+            for n, runs in phases.items():
+                ms = statistics.median(t for times, _, _ in runs for t in times[len(times) // 2 :])
+                window = [
+                    (mhz, w_)
+                    for s0, s1 in ((a + (b - a) / 2, b) for _, a, b in runs)
+                    for t, mhz, w_ in samples
+                    if s0 <= t <= s1
+                ]
+                mhz = statistics.fmean(m for m, _ in window) if window else float("nan")
+                watts = statistics.fmean(x for _, x in window) if window else float("nan")
+                print(f"| {name} | {n} | {ms:.4f} | {mhz:.0f} | {watts:.0f} | {ms * mhz:.0f} |", flush=True)
+            del inp, calls
+            torch.cuda.empty_cache()
+    finally:
+        smi.terminate()
+        smi.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
