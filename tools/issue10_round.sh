@@ -105,6 +105,8 @@
 #   qahead   session 27's producer variants (ticket_early, q_ahead; .devcache/tk) beside main on the
 #            h32/8 d128 rows and 33 x 512, then the trace builds of main / tk1 / qa on 4 x 512 and 64 x 128;
 #            logs $OUT/qahead_bench.log, $OUT/qahead_trace.log
+#   lse_qahead  the d128 no-mask LSE class with q_ahead (ticket_early 1 / 2) beside main ($OUT/lse_qahead.log)
+#   clocks   SM clock and board power per system on the long no-mask rows (tools/probe_clocks.py)
 #   ncu      page 16 in order / shuffled / windowed / spread, and page 128, under ncu on 64 x 128
 #            (tools/ncu_paged_driver.py; DRAM bytes, L2 hit rate, duration)
 #   switch   tools/probe_kernel_switch.py (each launch after a GEMM, after itself, after the other
@@ -243,6 +245,21 @@ qahead)
     done
   done > $OUT/qahead_trace.log
   grep -E "^===|^[0-9]+x|GPU time|tile [123]:|producer:" $OUT/qahead_trace.log
+  ;;
+lse_qahead)
+  # Session 28: the d128 no-mask LSE class (early Q release off) with q_ahead, ticket_early 1 / 2
+  # (carry [".devcache/q28"]: root = main's none lse / nolse objects, lqa / lqa2 the variants).
+  ISSUE10_LSE=1 ISSUE10_PEERS=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/q28 RAGGED_ATTN_VARIANTS=lqa,lqa2 \
+    ISSUE10_ROWS=33x512:32/8:128:nomask BENCH_REPS=${BENCH_REPS:-20} timeout ${BENCH_S:-120} \
+    python3 tools/bench_issue10.py "h32/8 d128 nomask" > $OUT/lse_qahead.log 2>&1
+  grep "^| " $OUT/lse_qahead.log
+  ;;
+clocks)
+  # Session 28: SM clock and board power while ours and the peers run the long no-mask rows back to
+  # back (tools/probe_clocks.py): is FA4's 1-2% lead on 1 x 16384 a power-limited clock?
+  timeout ${CLOCKS_S:-90} python3 tools/probe_clocks.py ${CLOCK_ROWS:-llama3-8b/1x16384-full llama3-70b/1x16384-full} \
+    --systems ${CLOCK_SYSTEMS:-ragged_attn,fa4,sdpa-cudnn} --phases 3 --phase-s 1.0 > $OUT/clocks.log 2>&1
+  grep "^|" $OUT/clocks.log
   ;;
 ncu_rows)
   # Session 24: DRAM bytes, L2 hit rate and time of each kernel of issue 10's rows (tools/ncu_issue10.py;

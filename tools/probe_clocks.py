@@ -8,7 +8,9 @@ sleep: the steady, power-limited state), the systems alternating phase by phase 
 drift falls on all alike. `nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw -lms 20` samples in
 the background; each phase's samples from its second half are averaged. Printed per system: median
 ms per launch (CUDA events around each launch), mean SM clock (MHz), mean board power (W) and
-ms x MHz (thousands of SM cycles a launch: the work in cycles, whatever the clock).
+ms x MHz (thousands of SM cycles a launch: the work in cycles, whatever the clock). For long rows
+only: the events around each launch count the host's launch time too wherever it exceeds the GPU's
+(FA4 and FA3 need 100-400 us of Python a call).
 
 Usage: python tools/probe_clocks.py WORKLOAD [WORKLOAD ...] [--suite serving-full]
        [--systems ragged_attn,fa4] [--phases 3] [--phase-s 1.5]
@@ -102,7 +104,11 @@ def main(argv=None) -> int:
         for name in args.workloads:
             w = by_name[name]
             inp = make_inputs(w, device, 0)
-            calls = {s.name: s.bind(w, inp)[0] for s in systems if s.availability(device) is None}
+            calls = {}
+            for s in systems:
+                if s.availability(device) is None:
+                    s.setup(w, inp)  # cuDNN's THD graph is built here
+                    calls[s.name] = s.bind(w, inp)[0]
             for call in calls.values():
                 call()
             torch.cuda.synchronize(device)
