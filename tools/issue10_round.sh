@@ -81,6 +81,14 @@
 #         (and 64x128:32/8:128:causal). A winner's GPU tests: RAGGED_ATTN_TEST_TILE_CONFIG=ticket_early=1,q_ahead=True
 #         on tests/gpu/test_kernel_sm90.py test_batch_order_gpu.py test_pack_rows_gpu.py test_split_kv_gpu.py
 #         (compiled there: no prebuilt objects), then turn it on in tile_config and run the sweep.
+#         Session 28 (H200 after two H100 refusals; ~1,550 s of budget, ~450 of it refusals): qahead
+#         (73 s; split as call 2 [".devcache/b"] then call 3 [".devcache/tk"]: b + tk + the tree passed
+#         64 MiB), the GPU tests with ticket_early=1,q_ahead=True compiled there (682 passed, 433 s),
+#         closing issue10 + serving-full with FA3 (176 s), qahead's bench again + closing serving (105 s).
+#         Taken: qa2 (ticket_early 2 + q_ahead) in the d128 no-mask nolse class. Next: the sweep at
+#         that config (.devcache/sweepcache is at its digest; carry [".devcache/sweepcache",
+#         ".devcache/sm90"]), then `lse_qahead` (carry [".devcache/q28"]) and `clocks` (is FA4's 1-2%
+#         on the long no-mask rows a power-limited clock?), the closing suites again on the new kernel.
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
@@ -105,6 +113,7 @@
 #   qahead   session 27's producer variants (ticket_early, q_ahead; .devcache/tk) beside main on the
 #            h32/8 d128 rows and 33 x 512, then the trace builds of main / tk1 / qa on 4 x 512 and 64 x 128;
 #            logs $OUT/qahead_bench.log, $OUT/qahead_trace.log
+#   next28   sweep, lse_qahead and clocks in one call (session 28's next round)
 #   lse_qahead  the d128 no-mask LSE class with q_ahead (ticket_early 1 / 2) beside main ($OUT/lse_qahead.log)
 #   clocks   SM clock and board power per system on the long no-mask rows (tools/probe_clocks.py)
 #   ncu      page 16 in order / shuffled / windowed / spread, and page 128, under ncu on 64 x 128
@@ -245,6 +254,14 @@ qahead)
     done
   done > $OUT/qahead_trace.log
   grep -E "^===|^[0-9]+x|GPU time|tile [123]:|producer:" $OUT/qahead_trace.log
+  ;;
+next28)
+  # Session 28's next round in one call (carry [".devcache/sweepcache", ".devcache/q28"], ~170 s):
+  # the sweep at the qa2 config, then lse_qahead and clocks. Then a call with [".devcache/c"]:
+  # bash .devcache/c/bootstrap.sh; for s in issue10 serving-full serving; do bash tools/issue10_round.sh closing $s; done
+  SWEEP_S=${SWEEP_S:-150} bash $0 sweep
+  bash $0 lse_qahead
+  bash $0 clocks
   ;;
 lse_qahead)
   # Session 28: the d128 no-mask LSE class (early Q release off) with q_ahead, ticket_early 1 / 2
