@@ -85,10 +85,12 @@
 #         (73 s; split as call 2 [".devcache/b"] then call 3 [".devcache/tk"]: b + tk + the tree passed
 #         64 MiB), the GPU tests with ticket_early=1,q_ahead=True compiled there (682 passed, 433 s),
 #         closing issue10 + serving-full with FA3 (176 s), qahead's bench again + closing serving (105 s).
-#         Taken: qa2 (ticket_early 2 + q_ahead) in the d128 no-mask nolse class. Next: the sweep at
-#         that config (.devcache/sweepcache is at its digest; carry [".devcache/sweepcache",
-#         ".devcache/sm90"]), then `lse_qahead` (carry [".devcache/q28"]) and `clocks` (is FA4's 1-2%
-#         on the long no-mask rows a power-limited clock?), the closing suites again on the new kernel.
+#         Taken: qa2 (ticket_early 2 + q_ahead) in the d128 no-mask nolse class. Next (calls 1-2 with
+#         [".devcache/a"] then [".devcache/b"], then one call with [".devcache/sweepcache",
+#         ".devcache/q28"]: `source /tmp/devcache/env.sh; export PYTHONPATH=$PWD:$PYTHONPATH; bash
+#         tools/issue10_round.sh next28`): the sweep at the qa2 config (the cache is at its digest),
+#         lse_qahead, qa_from (branch q-ahead-from's variants) and clocks (is FA4's 1-2% on the long
+#         no-mask rows a power-limited clock?); then the closing suites with [".devcache/c"].
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
@@ -113,7 +115,8 @@
 #   qahead   session 27's producer variants (ticket_early, q_ahead; .devcache/tk) beside main on the
 #            h32/8 d128 rows and 33 x 512, then the trace builds of main / tk1 / qa on 4 x 512 and 64 x 128;
 #            logs $OUT/qahead_bench.log, $OUT/qahead_trace.log
-#   next28   sweep, lse_qahead and clocks in one call (session 28's next round)
+#   next28   sweep, lse_qahead, qa_from and clocks in one call (session 28's next round)
+#   qa_from  q_ahead from key block 0 / 1 (branch q-ahead-from) beside main's qa2 ($OUT/qa_from.log)
 #   lse_qahead  the d128 no-mask LSE class with q_ahead (ticket_early 1 / 2) beside main ($OUT/lse_qahead.log)
 #   clocks   SM clock and board power per system on the long no-mask rows (tools/probe_clocks.py)
 #   ncu      page 16 in order / shuffled / windowed / spread, and page 128, under ncu on 64 x 128
@@ -256,12 +259,23 @@ qahead)
   grep -E "^===|^[0-9]+x|GPU time|tile [123]:|producer:" $OUT/qahead_trace.log
   ;;
 next28)
-  # Session 28's next round in one call (carry [".devcache/sweepcache", ".devcache/q28"], ~170 s):
-  # the sweep at the qa2 config, then lse_qahead and clocks. Then a call with [".devcache/c"]:
+  # Session 28's next round in one call (carry [".devcache/sweepcache", ".devcache/q28"], ~210 s):
+  # the sweep at the qa2 config, then lse_qahead, qa_from and clocks. Then a call with [".devcache/c"]:
   # bash .devcache/c/bootstrap.sh; for s in issue10 serving-full serving; do bash tools/issue10_round.sh closing $s; done
   SWEEP_S=${SWEEP_S:-150} bash $0 sweep
   bash $0 lse_qahead
+  bash $0 qa_from
   bash $0 clocks
+  ;;
+qa_from)
+  # Session 28: q_ahead on tiles of 2 / 3 key blocks too (TileConfig.q_ahead_from 0 / 1, branch
+  # q-ahead-from; objects in .devcache/q28: qa2f1, qa2f0 ticket_early 2, qa1f1 ticket_early 1)
+  # beside main's qa2 (from block 2) in the d128 no-mask nolse class.
+  ISSUE10_LSE=0 ISSUE10_PEERS=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/q28 RAGGED_ATTN_VARIANTS=qa2f1,qa2f0,qa1f1 \
+    ISSUE10_ROWS=33x512:32/8:128:nomask,8x256:32/8:128:nomask,12x384:32/8:128:nomask,44x384:32/8:128:nomask \
+    BENCH_REPS=${BENCH_REPS:-20} timeout ${BENCH_S:-120} \
+    python3 tools/bench_issue10.py "h32/8 d128 nomask" > $OUT/qa_from.log 2>&1
+  grep "^| " $OUT/qa_from.log
   ;;
 lse_qahead)
   # Session 28: the d128 no-mask LSE class (early Q release off) with q_ahead, ticket_early 1 / 2
