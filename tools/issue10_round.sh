@@ -81,16 +81,18 @@
 #         (and 64x128:32/8:128:causal). A winner's GPU tests: RAGGED_ATTN_TEST_TILE_CONFIG=ticket_early=1,q_ahead=True
 #         on tests/gpu/test_kernel_sm90.py test_batch_order_gpu.py test_pack_rows_gpu.py test_split_kv_gpu.py
 #         (compiled there: no prebuilt objects), then turn it on in tile_config and run the sweep.
-#         Session 28 (H200 after two H100 refusals; ~1,550 s of budget, ~450 of it refusals): qahead
+#         Session 28 (H200 after H100 / H200 refusals; of 1,800 s ~500 went to refusals and ~250 were
+#         left, too little to start a machine again): qahead
 #         (73 s; split as call 2 [".devcache/b"] then call 3 [".devcache/tk"]: b + tk + the tree passed
 #         64 MiB), the GPU tests with ticket_early=1,q_ahead=True compiled there (682 passed, 433 s),
 #         closing issue10 + serving-full with FA3 (176 s), qahead's bench again + closing serving (105 s).
 #         Taken: qa2 (ticket_early 2 + q_ahead) in the d128 no-mask nolse class. Next (calls 1-2 with
 #         [".devcache/a"] then [".devcache/b"], then one call with [".devcache/sweepcache",
-#         ".devcache/q28"]: `source /tmp/devcache/env.sh; export PYTHONPATH=$PWD:$PYTHONPATH; bash
+#         ".devcache/q28", ".devcache/tk"]: `source /tmp/devcache/env.sh; export PYTHONPATH=$PWD:$PYTHONPATH; bash
 #         tools/issue10_round.sh next28`): the sweep at the qa2 config (the cache is at its digest),
-#         lse_qahead, qa_from (branch q-ahead-from's variants) and clocks (is FA4's 1-2% on the long
-#         no-mask rows a power-limited clock?); then the closing suites with [".devcache/c"].
+#         lse_qahead, qa_from (branch q-ahead-from's variants), clocks (is FA4's 1-2% on the long
+#         no-mask rows a power-limited clock?) and causal_trace; then the closing suites with
+#         [".devcache/c"].
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
@@ -115,7 +117,8 @@
 #   qahead   session 27's producer variants (ticket_early, q_ahead; .devcache/tk) beside main on the
 #            h32/8 d128 rows and 33 x 512, then the trace builds of main / tk1 / qa on 4 x 512 and 64 x 128;
 #            logs $OUT/qahead_bench.log, $OUT/qahead_trace.log
-#   next28   sweep, lse_qahead, qa_from and clocks in one call (session 28's next round)
+#   next28   sweep, lse_qahead, qa_from, clocks and causal_trace in one call (session 28's next round)
+#   causal_trace  the trace builds of main and qa (.devcache/tk) on 1 x 16384 and 4 x 512 causal
 #   qa_from  q_ahead from key block 0 / 1 (branch q-ahead-from) beside main's qa2 ($OUT/qa_from.log)
 #   lse_qahead  the d128 no-mask LSE class with q_ahead (ticket_early 1 / 2) beside main ($OUT/lse_qahead.log)
 #   clocks   SM clock and board power per system on the long no-mask rows (tools/probe_clocks.py)
@@ -259,13 +262,26 @@ qahead)
   grep -E "^===|^[0-9]+x|GPU time|tile [123]:|producer:" $OUT/qahead_trace.log
   ;;
 next28)
-  # Session 28's next round in one call (carry [".devcache/sweepcache", ".devcache/q28"], ~210 s):
-  # the sweep at the qa2 config, then lse_qahead, qa_from and clocks. Then a call with [".devcache/c"]:
+  # Session 28's next round in one call (carry [".devcache/sweepcache", ".devcache/q28", ".devcache/tk"],
+  # ~250 s): the sweep at the qa2 config, then lse_qahead, qa_from, clocks and causal_trace.
+  # Then a call with [".devcache/c"]:
   # bash .devcache/c/bootstrap.sh; for s in issue10 serving-full serving; do bash tools/issue10_round.sh closing $s; done
   SWEEP_S=${SWEEP_S:-150} bash $0 sweep
   bash $0 lse_qahead
   bash $0 qa_from
   bash $0 clocks
+  bash $0 causal_trace
+  ;;
+causal_trace)
+  # Session 28: why q_ahead costs the causal class 2.5-3.5% (1 x 16384 +90 us; its MMA loops are
+  # main's): the trace builds of main and qa (carry [".devcache/tk"]) on long and short causal rows.
+  for p in tk tk/tqa; do
+    for row in 1x16384:32/8:128:causal 4x512:32/8:128:causal; do
+      echo "=== $p"
+      RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/$p timeout 60 python3 tools/trace_timeline.py $row --reps 10 2>&1 | grep -v -i warn
+    done
+  done > $OUT/causal_trace.log
+  grep -E "^===|^[0-9]+x|GPU time|tile [1237]:|producer:" $OUT/causal_trace.log
   ;;
 qa_from)
   # Session 28: q_ahead on tiles of 2 / 3 key blocks too (TileConfig.q_ahead_from 0 / 1, branch
