@@ -274,14 +274,18 @@ next28)
   ;;
 causal_trace)
   # Session 28: why q_ahead costs the causal class 2.5-3.5% (1 x 16384 +90 us; its MMA loops are
-  # main's): the trace builds of main and qa (carry [".devcache/tk"]) on long and short causal rows.
+  # main's): the trace builds of main and qa (carry [".devcache/tk"]) on long and short causal rows;
+  # and main's on 1 x 16384 no mask (its last wave: the CTAs' exits).
   for p in tk tk/tqa; do
     for row in 1x16384:32/8:128:causal 4x512:32/8:128:causal; do
       echo "=== $p"
       RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/$p timeout 60 python3 tools/trace_timeline.py $row --reps 10 2>&1 | grep -v -i warn
     done
+    # the last wave of a long no-mask row (session 28 section 5): when CTAs exit (first, median, last)
+    [ $p = tk ] && echo "=== $p" && RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/$p timeout 60 \
+      python3 tools/trace_timeline.py 1x16384:32/8:128:nomask --reps 10 2>&1 | grep -v -i warn
   done > $OUT/causal_trace.log
-  grep -E "^===|^[0-9]+x|GPU time|tile [1237]:|producer:" $OUT/causal_trace.log
+  grep -E "^===|^[0-9]+x|GPU time|tile [1237]:|producer:|exit" $OUT/causal_trace.log
   ;;
 qa_from)
   # Session 28: q_ahead on tiles of 2 / 3 key blocks too (TileConfig.q_ahead_from 0 / 1, branch
