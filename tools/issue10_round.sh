@@ -289,9 +289,10 @@ causal_trace)
   ;;
 qa_from)
   # Session 28: q_ahead on tiles of 2 / 3 key blocks too (TileConfig.q_ahead_from 0 / 1, branch
-  # q-ahead-from; objects in .devcache/q28: qa2f1, qa2f0 ticket_early 2, qa1f1 ticket_early 1)
-  # beside main's qa2 (from block 2) in the d128 no-mask nolse class.
-  ISSUE10_LSE=0 ISSUE10_PEERS=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/q28 RAGGED_ATTN_VARIANTS=qa2f1,qa2f0,qa1f1 \
+  # q-ahead-from; objects in .devcache/q28: qa2f1, qa2f0 ticket_early 2, qa1f1 ticket_early 1;
+  # qa2s: main's qa2 with ticket_early_short False, the ticket early only where Q goes ahead, for
+  # 8 x 256's -2%) beside main's qa2 (from block 2) in the d128 no-mask nolse class.
+  ISSUE10_LSE=0 ISSUE10_PEERS=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/q28 RAGGED_ATTN_VARIANTS=qa2f1,qa2f0,qa1f1,qa2s \
     ISSUE10_ROWS=33x512:32/8:128:nomask,8x256:32/8:128:nomask,12x384:32/8:128:nomask,44x384:32/8:128:nomask \
     BENCH_REPS=${BENCH_REPS:-20} timeout ${BENCH_S:-120} \
     python3 tools/bench_issue10.py "h32/8 d128 nomask" > $OUT/qa_from.log 2>&1
