@@ -61,6 +61,8 @@ def compile_without_spills(lc, capfd, config=None, options=""):
     [
         LayoutClass("sm_90a", 32, 32, "bf16", "bf16", "causal", True, "ragged"),
         LayoutClass("sm_90a", 64, 64, "bf16", "bf16", "none", False, "ragged"),
+        # The class whose producer issues the next tile's Q ahead (tile_config._q_ahead).
+        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "none", False, "ragged"),
         LayoutClass("sm_90a", 96, 96, "fp16", "fp16", "window", True, "ragged"),
         LayoutClass("sm_90a", 128, 128, "fp16", "fp16", "window", True, "ragged"),
         LayoutClass("sm_90a", 192, 128, "bf16", "bf16", "causal", True, "ragged"),
