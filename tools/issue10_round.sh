@@ -310,7 +310,7 @@ clocks)
   # Session 28: SM clock and board power while ours and the peers run the long no-mask rows back to
   # back (tools/probe_clocks.py): is FA4's 1-2% lead on 1 x 16384 a power-limited clock?
   timeout ${CLOCKS_S:-90} python3 tools/probe_clocks.py ${CLOCK_ROWS:-llama3-8b/1x16384-full llama3-70b/1x16384-full} \
-    --systems ${CLOCK_SYSTEMS:-ragged_attn,fa4,sdpa-cudnn} --phases 3 --phase-s 1.0 > $OUT/clocks.log 2>&1
+    --systems ${CLOCK_SYSTEMS:-ragged_attn,fa4,sdpa-cudnn} --phases 2 --phase-s 1.0 --rest-us 0,2700 > $OUT/clocks.log 2>&1
   grep "^|" $OUT/clocks.log
   ;;
 ncu_rows)

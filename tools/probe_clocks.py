@@ -6,14 +6,16 @@ For each named workload of a `python -m ragged_attn bench` suite, every system (
 ragged_attn.bench.peers) runs in phases of PHASE_S seconds of back-to-back launches (no L2 flush, no
 sleep: the steady, power-limited state), the systems alternating phase by phase (A B A B ...) so that
 drift falls on all alike. `nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw -lms 20` samples in
-the background; each phase's samples from its second half are averaged. Printed per system: median
-ms per launch (CUDA events around each launch), mean SM clock (MHz), mean board power (W) and
-ms x MHz (thousands of SM cycles a launch: the work in cycles, whatever the clock). For long rows
+the background; each phase's samples from its second half are averaged. Printed per system and
+rest: median ms per launch (CUDA events around each launch, second halves of the phases), mean SM
+clock (MHz), mean board power (W) and ms x MHz (thousands of SM cycles a launch: the work in cycles,
+whatever the clock). --rest-us adds a torch.cuda._sleep before each launch (the suites rest ~2.7 ms
+on 1 x 16384; session 28: our 1 x 16384 ran 674 TFLOP/s after 300 us rests, 726 after ~2.7 ms). For long rows
 only: the events around each launch count the host's launch time too wherever it exceeds the GPU's
-(FA4 and FA3 need 100-400 us of Python a call).
+(FA4 and FA3 need 100-900 us of Python a call).
 
 Usage: python tools/probe_clocks.py WORKLOAD [WORKLOAD ...] [--suite serving-full]
-       [--systems ragged_attn,fa4] [--phases 3] [--phase-s 1.5]
+       [--systems ragged_attn,fa4] [--phases 3] [--phase-s 1.5] [--rest-us 0,2700]
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from ragged_attn.bench.peers import make_systems
+from ragged_attn.bench.timing import SLEEP_CYCLES_PER_US
 from ragged_attn.bench.workloads import make_inputs, suite
 
 
@@ -52,20 +55,48 @@ def _samples(path: str) -> list[tuple[float, float, float]]:
     return rows
 
 
-def _phase(call, seconds: float) -> tuple[list[float], float, float]:
-    """Back-to-back launches for `seconds`; (per-launch ms, wall start, wall end)."""
+def _phase(call, seconds: float, rest_us: float) -> tuple[list[float], float, float]:
+    """Launches for `seconds`, each after a `rest_us` torch.cuda._sleep (0: back to back), the host
+    keeping ~4 queued so the GPU never waits for it; (per-launch ms, wall start, wall end)."""
+    cycles = int(rest_us * SLEEP_CYCLES_PER_US)
     events = []
     start = time.time()
     while time.time() - start < seconds:
-        for _ in range(8):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            call()
-            b.record()
-            events.append((a, b))
-        events[-1][1].synchronize()
+        if cycles:
+            torch.cuda._sleep(cycles)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        call()
+        b.record()
+        events.append((a, b))
+        if len(events) > 4:
+            events[-5][1].synchronize()
+    events[-1][1].synchronize()
     end = time.time()
     return [a.elapsed_time(b) for a, b in events], start, end
+
+
+def _report(name, rest, calls, args, log) -> None:
+    """Alternating phases of every system at one rest; one table line each."""
+    phases = {n: [] for n in calls}
+    for p in range(args.phases):
+        for n in list(calls)[p % len(calls) :] + list(calls)[: p % len(calls)]:
+            phases[n].append(_phase(calls[n], args.phase_s, rest))
+    time.sleep(0.3)  # the last samples reach the log
+    samples = _samples(log)
+    for n, runs in phases.items():
+        ms = statistics.median(t for times, _, _ in runs for t in times[len(times) // 2 :])
+        window = [
+            (mhz, w_)
+            for s0, s1 in ((a + (b - a) / 2, b) for _, a, b in runs)
+            for t, mhz, w_ in samples
+            if s0 <= t <= s1
+        ]
+        mhz = statistics.fmean(m for m, _ in window) if window else float("nan")
+        watts = statistics.fmean(x for _, x in window) if window else float("nan")
+        print(
+            f"| {name} | {rest:.0f} | {n} | {ms:.4f} | {mhz:.0f} | {watts:.0f} | {ms * mhz:.0f} |", flush=True
+        )
 
 
 def main(argv=None) -> int:
@@ -77,6 +108,10 @@ def main(argv=None) -> int:
     parser.add_argument("--systems", default="ragged_attn,fa4")
     parser.add_argument("--phases", type=int, default=3, help="phases per system (alternating)")
     parser.add_argument("--phase-s", type=float, default=1.5, help="seconds of launches per phase")
+    parser.add_argument(
+        "--rest-us", default="0", help="comma-separated rests before each launch, us (0: back to back; "
+        "the suites' GPU-only timing rests 3 x the slowest host, ~2,700 us on 1 x 16384)"
+    )  # fmt: skip
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     by_name = {w.name: w for w in suite(args.suite)}
@@ -99,8 +134,8 @@ def main(argv=None) -> int:
     )
     try:
         print(f"{torch.cuda.get_device_name(device)}; phases {args.phases} x {args.phase_s} s a system")
-        print("| workload | system | ms / launch | SM MHz | W | k-cycles / launch |")
-        print("|---|---|---|---|---|---|")
+        print("| workload | rest us | system | ms / launch | SM MHz | W | k-cycles / launch |")
+        print("|---|---|---|---|---|---|---|")
         for name in args.workloads:
             w = by_name[name]
             inp = make_inputs(w, device, 0)
@@ -112,23 +147,8 @@ def main(argv=None) -> int:
             for call in calls.values():
                 call()
             torch.cuda.synchronize(device)
-            phases = {n: [] for n in calls}
-            for p in range(args.phases):
-                for n in list(calls)[p % len(calls) :] + list(calls)[: p % len(calls)]:
-                    phases[n].append(_phase(calls[n], args.phase_s))
-            time.sleep(0.3)  # the last samples reach the log
-            samples = _samples(log)
-            for n, runs in phases.items():
-                ms = statistics.median(t for times, _, _ in runs for t in times[len(times) // 2 :])
-                window = [
-                    (mhz, w_)
-                    for s0, s1 in ((a + (b - a) / 2, b) for _, a, b in runs)
-                    for t, mhz, w_ in samples
-                    if s0 <= t <= s1
-                ]
-                mhz = statistics.fmean(m for m, _ in window) if window else float("nan")
-                watts = statistics.fmean(x for _, x in window) if window else float("nan")
-                print(f"| {name} | {n} | {ms:.4f} | {mhz:.0f} | {watts:.0f} | {ms * mhz:.0f} |", flush=True)
+            for rest in (float(x) for x in args.rest_us.split(",")):
+                _report(name, rest, calls, args, log)
             del inp, calls
             torch.cuda.empty_cache()
     finally:
