@@ -167,12 +167,13 @@ def test_ticket_early_and_q_ahead_configs():
     from ragged_attn.kernels.sm90.launch import kernel_for
 
     classes = itertools.product(
-        HEAD_DIM_CLASSES, ("none", "causal", "window"), (True, False), ("ragged", "paged"), (False, True)
-    )
-    for (dq, dv), mask, lse, kv, extra in classes:
-        lc = LayoutClass("sm_90a", dq, dv, "bf16", "bf16", mask, lse, kv, softcap=extra, sinks=extra)
+        HEAD_DIM_CLASSES, ("bf16", "fp16"), ("none", "causal", "window"), (True, False), ("ragged", "paged"),
+        (False, True), (False, True),
+    )  # fmt: skip
+    for (dq, dv), dtype, mask, lse, kv, softcap, sinks in classes:
+        lc = LayoutClass("sm_90a", dq, dv, dtype, dtype, mask, lse, kv, softcap=softcap, sinks=sinks)
         cfg = tile_config(lc)
-        on = (dq, dv, mask, lse, kv, extra) == (128, 128, "none", False, "ragged", False)
+        on = (dq, dv, mask, lse, kv, softcap, sinks) == (128, 128, "none", False, "ragged", False, False)
         want = (2, True, 2) if on else (0, False, cfg.q_stages)
         assert (cfg.ticket_early, cfg.q_ahead, cfg.q_stages) == want, lc
         assert not cfg.trace_timeline, lc

@@ -87,12 +87,12 @@
 #         64 MiB), the GPU tests with ticket_early=1,q_ahead=True compiled there (682 passed, 433 s),
 #         closing issue10 + serving-full with FA3 (176 s), qahead's bench again + closing serving (105 s).
 #         Taken: qa2 (ticket_early 2 + q_ahead) in the d128 no-mask nolse class. Next (calls 1-2 with
-#         [".devcache/a"] then [".devcache/b"], then one call with [".devcache/sweepcache",
-#         ".devcache/q28", ".devcache/tk"]: `source /tmp/devcache/env.sh; export PYTHONPATH=$PWD:$PYTHONPATH; bash
-#         tools/issue10_round.sh next28`): the sweep at the qa2 config (the cache is at its digest),
-#         lse_qahead, qa_from (branch q-ahead-from's variants), clocks (is FA4's 1-2% on the long
-#         no-mask rows a power-limited clock?) and causal_trace; then the closing suites with
-#         [".devcache/c"].
+#         [".devcache/a"] then [".devcache/b"], then `source /tmp/devcache/env.sh; export
+#         PYTHONPATH=$PWD:$PYTHONPATH; bash tools/issue10_round.sh next28` with [".devcache/sweepcache",
+#         ".devcache/sm90"] (the sweep at the qa2 config, the cache at its digest, and the kernel GPU
+#         tests), then `... next28b` with [".devcache/q28", ".devcache/tk"] (lse_qahead, qa_from:
+#         branch q-ahead-from's variants, clocks: is FA4's 1-2% on the long no-mask rows a
+#         power-limited clock?, causal_trace); then the closing suites with [".devcache/c"].
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
@@ -117,7 +117,8 @@
 #   qahead   session 27's producer variants (ticket_early, q_ahead; .devcache/tk) beside main on the
 #            h32/8 d128 rows and 33 x 512, then the trace builds of main / tk1 / qa on 4 x 512 and 64 x 128;
 #            logs $OUT/qahead_bench.log, $OUT/qahead_trace.log
-#   next28   sweep, lse_qahead, qa_from, clocks and causal_trace in one call (session 28's next round)
+#   next28   the sweep and the kernel GPU tests at the qa2 config (session 28's next round, call A)
+#   next28b  lse_qahead, qa_from, clocks and causal_trace (call B)
 #   causal_trace  the trace builds of main and qa (.devcache/tk) on 1 x 16384 and 4 x 512 causal
 #   qa_from  q_ahead from key block 0 / 1 (branch q-ahead-from) beside main's qa2 ($OUT/qa_from.log)
 #   lse_qahead  the d128 no-mask LSE class with q_ahead (ticket_early 1 / 2) beside main ($OUT/lse_qahead.log)
@@ -154,7 +155,7 @@
 #     --no-variants --jobs 1 --classes sm_90a-d192x128-bf16-bf16-causal-lse-ragged ${v:+--config ${v#*:}}; done
 #   DIMS="128 64" bash tools/paged_variants_round.sh build wr=paged_warp_release=1
 set -o pipefail
-mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|ncu_paged_rows|ncu_paged_source|sanitize}
+mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|ncu_paged_rows|ncu_paged_source|sanitize|qahead|ncu_nomask|next28|next28b|lse_qahead|qa_from|clocks|causal_trace}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -262,41 +263,23 @@ qahead)
   grep -E "^===|^[0-9]+x|GPU time|tile [123]:|producer:" $OUT/qahead_trace.log
   ;;
 next28)
-  # Session 28's next round in one call (carry [".devcache/sweepcache", ".devcache/q28", ".devcache/tk"],
-  # ~250 s): the sweep at the qa2 config, then lse_qahead, qa_from, clocks and causal_trace.
-  # Then a call with [".devcache/c"]:
+  # Session 28's next round, call A (carry [".devcache/sweepcache", ".devcache/sm90"], ~260 s): the
+  # sweep at the qa2 config, then the kernel GPU tests at main's config (the d128 no-mask nolse class,
+  # now q_ahead with ticket_early 2, compiles there: .devcache/sm90 does not hold it). Call B:
+  # next28b with [".devcache/q28", ".devcache/tk"]. Then a call with [".devcache/c"]:
   # bash .devcache/c/bootstrap.sh; for s in issue10 serving-full serving; do bash tools/issue10_round.sh closing $s; done
-  SWEEP_S=${SWEEP_S:-150} bash $0 sweep
-  bash $0 lse_qahead
-  bash $0 qa_from
-  bash $0 clocks
-  bash $0 causal_trace
+  SWEEP_S=${SWEEP_S:-150} bash "$0" sweep
+  RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/sm90 timeout ${TESTS_S:-300} python3 -m pytest tests/gpu/test_kernel_sm90.py \
+    tests/gpu/test_batch_order_gpu.py tests/gpu/test_pack_rows_gpu.py tests/gpu/test_split_kv_gpu.py \
+    tests/gpu/test_paged_gpu.py -q -n 8 -p no:cacheprovider > $OUT/gpu_tests.log 2>&1
+  grep -E "passed|failed|FAILED|ERROR" $OUT/gpu_tests.log | tail -20
   ;;
-causal_trace)
-  # Session 28: why q_ahead costs the causal class 2.5-3.5% (1 x 16384 +90 us; its MMA loops are
-  # main's): the trace builds of main and qa (carry [".devcache/tk"]) on long and short causal rows;
-  # and main's on 1 x 16384 no mask (its last wave: the CTAs' exits).
-  for p in tk tk/tqa; do
-    for row in 1x16384:32/8:128:causal 4x512:32/8:128:causal; do
-      echo "=== $p"
-      RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/$p timeout 60 python3 tools/trace_timeline.py $row --reps 10 2>&1 | grep -v -i warn
-    done
-    # the last wave of a long no-mask row (session 28 section 5): when CTAs exit (first, median, last)
-    [ $p = tk ] && echo "=== $p" && RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/$p timeout 60 \
-      python3 tools/trace_timeline.py 1x16384:32/8:128:nomask --reps 10 2>&1 | grep -v -i warn
-  done > $OUT/causal_trace.log
-  grep -E "^===|^[0-9]+x|GPU time|tile [1237]:|producer:|exit" $OUT/causal_trace.log
-  ;;
-qa_from)
-  # Session 28: q_ahead on tiles of 2 / 3 key blocks too (TileConfig.q_ahead_from 0 / 1, branch
-  # q-ahead-from; objects in .devcache/q28: qa2f1, qa2f0 ticket_early 2, qa1f1 ticket_early 1;
-  # qa2s: main's qa2 with ticket_early_short False, the ticket early only where Q goes ahead, for
-  # 8 x 256's -2%) beside main's qa2 (from block 2) in the d128 no-mask nolse class.
-  ISSUE10_LSE=0 ISSUE10_PEERS=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/q28 RAGGED_ATTN_VARIANTS=qa2f1,qa2f0,qa1f1,qa2s \
-    ISSUE10_ROWS=33x512:32/8:128:nomask,8x256:32/8:128:nomask,12x384:32/8:128:nomask,44x384:32/8:128:nomask \
-    BENCH_REPS=${BENCH_REPS:-20} timeout ${BENCH_S:-120} \
-    python3 tools/bench_issue10.py "h32/8 d128 nomask" > $OUT/qa_from.log 2>&1
-  grep "^| " $OUT/qa_from.log
+next28b)
+  # Call B (carry [".devcache/q28", ".devcache/tk"], ~300 s): lse_qahead, qa_from, clocks, causal_trace.
+  BENCH_S=100 bash "$0" lse_qahead
+  BENCH_S=110 bash "$0" qa_from
+  CLOCKS_S=120 bash "$0" clocks
+  bash "$0" causal_trace
   ;;
 lse_qahead)
   # Session 28: the d128 no-mask LSE class (early Q release off) with q_ahead, ticket_early 1 / 2
@@ -309,7 +292,7 @@ lse_qahead)
 clocks)
   # Session 28: SM clock and board power while ours and the peers run the long no-mask rows back to
   # back (tools/probe_clocks.py): is FA4's 1-2% lead on 1 x 16384 a power-limited clock?
-  timeout ${CLOCKS_S:-90} python3 tools/probe_clocks.py ${CLOCK_ROWS:-llama3-8b/1x16384-full llama3-70b/1x16384-full} \
+  timeout -s INT ${CLOCKS_S:-120} python3 tools/probe_clocks.py ${CLOCK_ROWS:-llama3-8b/1x16384-full llama3-70b/1x16384-full} \
     --systems ${CLOCK_SYSTEMS:-ragged_attn,fa4,sdpa-cudnn} --phases 2 --phase-s 1.0 --rest-us 0,2700 > $OUT/clocks.log 2>&1
   grep "^|" $OUT/clocks.log
   ;;
@@ -424,7 +407,7 @@ sanitize)
   done
   ;;
 *)
-  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|ncu_paged_rows|ncu_paged_source|sanitize" >&2
+  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|ncu_paged_rows|ncu_paged_source|sanitize|qahead|ncu_nomask|next28|next28b|lse_qahead|qa_from|clocks|causal_trace" >&2
   exit 2
   ;;
 esac

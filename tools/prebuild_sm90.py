@@ -7,7 +7,10 @@ classes and the candidates of `VARIANTS`.
 Usage: CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py DIR [--jobs N] [--no-variants] [--classes A,B]
        [--config FIELD=VALUE,...]
 (run it from another checkout, e.g. `git worktree add`, to time that tree's kernels beside this one's
-as a RAGGED_ATTN_VARIANTS entry of tools/bench_issue10.py)
+as a RAGGED_ATTN_VARIANTS entry of tools/bench_issue10.py). --config replaces fields of the class's own
+config, which TileConfig then checks: the d128 ragged no-mask nolse class has q_ahead with
+ticket_early 2 (tile_config._q_ahead), so a variant of it with q_stages=1 or ticket_early=0 also
+needs q_ahead=0.
 """
 
 from __future__ import annotations

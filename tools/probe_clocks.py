@@ -5,14 +5,14 @@ rather than cycles?
 For each named workload of a `python -m ragged_attn bench` suite, every system (as the suite binds it:
 ragged_attn.bench.peers) runs in phases of PHASE_S seconds of back-to-back launches (no L2 flush, no
 sleep: the steady, power-limited state), the systems alternating phase by phase (A B A B ...) so that
-drift falls on all alike. `nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw -lms 20` samples in
-the background; each phase's samples from its second half are averaged. Printed per system and
-rest: median ms per launch (CUDA events around each launch, second halves of the phases), mean SM
-clock (MHz), mean board power (W) and ms x MHz (thousands of SM cycles a launch: the work in cycles,
-whatever the clock). --rest-us adds a torch.cuda._sleep before each launch (the suites rest ~2.7 ms
-on 1 x 16384; session 28: our 1 x 16384 ran 674 TFLOP/s after 300 us rests, 726 after ~2.7 ms). For long rows
-only: the events around each launch count the host's launch time too wherever it exceeds the GPU's
-(FA4 and FA3 need 100-900 us of Python a call).
+drift falls on all alike. `nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw.instant -lms 20`
+samples in the background (the machine's one GPU); each phase's samples from its second half are
+averaged. Printed per system and rest: median ms per launch (CUDA events around each launch, second
+halves of the phases), mean SM clock (MHz), mean board power (W) and ms x MHz (thousands of SM cycles
+a launch: the work in cycles, whatever the clock). --rest-us adds a torch.cuda._sleep before each
+launch (the suites rest ~2.7 ms on 1 x 16384; session 28: our 1 x 16384 ran 674 TFLOP/s after 300 us
+rests, 726 after ~2.7 ms). For long rows only: the events around each launch count the host's launch
+time too wherever it exceeds the GPU's (FA4 and FA3 need 100-900 us of Python a call).
 
 Usage: python tools/probe_clocks.py WORKLOAD [WORKLOAD ...] [--suite serving-full]
        [--systems ragged_attn,fa4] [--phases 3] [--phase-s 1.5] [--rest-us 0,2700]
@@ -76,13 +76,28 @@ def _phase(call, seconds: float, rest_us: float) -> tuple[list[float], float, fl
     return [a.elapsed_time(b) for a, b in events], start, end
 
 
+def _sampler(log: str) -> subprocess.Popen:
+    """nvidia-smi sampling the SM clock and the board power every 20 ms into `log`: the instant
+    power where the driver has it (power.draw is a 1 s average on Hopper, which would mix in the
+    phase before), else power.draw."""
+    for power in ("power.draw.instant", "power.draw"):
+        smi = subprocess.Popen(
+            ["nvidia-smi", f"--query-gpu=timestamp,clocks.sm,{power}", "--format=csv,noheader", "-lms", "20", "-f", log]
+        )  # fmt: skip
+        time.sleep(0.5)
+        if smi.poll() is None:
+            print(f"sampling {power}")
+            return smi
+    raise SystemExit("nvidia-smi could not sample clocks.sm and power (see its message above)")
+
+
 def _report(name, rest, calls, args, log) -> None:
     """Alternating phases of every system at one rest; one table line each."""
     phases = {n: [] for n in calls}
     for p in range(args.phases):
         for n in list(calls)[p % len(calls) :] + list(calls)[: p % len(calls)]:
             phases[n].append(_phase(calls[n], args.phase_s, rest))
-    time.sleep(0.3)  # the last samples reach the log
+    time.sleep(1.0)  # the last samples reach the log
     samples = _samples(log)
     for n, runs in phases.items():
         ms = statistics.median(t for times, _, _ in runs for t in times[len(times) // 2 :])
@@ -121,17 +136,7 @@ def main(argv=None) -> int:
     systems = make_systems(args.systems.split(","), "cute")
     fd, log = tempfile.mkstemp(suffix=".csv")
     os.close(fd)
-    smi = subprocess.Popen(
-        [
-            "nvidia-smi",
-            "--query-gpu=timestamp,clocks.sm,power.draw",
-            "--format=csv,noheader",
-            "-lms",
-            "20",
-            "-f",
-            log,
-        ]
-    )
+    smi = _sampler(log)
     try:
         print(f"{torch.cuda.get_device_name(device)}; phases {args.phases} x {args.phase_s} s a system")
         print("| workload | rest us | system | ms / launch | SM MHz | W | k-cycles / launch |")
@@ -151,7 +156,7 @@ def main(argv=None) -> int:
                 _report(name, rest, calls, args, log)
             del inp, calls
             torch.cuda.empty_cache()
-    finally:
+    finally:  # also on the SIGINT of `timeout -s INT`: no sampler left running
         smi.terminate()
         smi.wait()
     return 0
