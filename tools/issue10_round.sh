@@ -155,7 +155,8 @@
 #     --no-variants --jobs 1 --classes sm_90a-d192x128-bf16-bf16-causal-lse-ragged ${v:+--config ${v#*:}}; done
 #   DIMS="128 64" bash tools/paged_variants_round.sh build wr=paged_warp_release=1
 set -o pipefail
-mode=${1:?usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|ncu_paged_rows|ncu_paged_source|sanitize|qahead|ncu_nomask|next28|next28b|lse_qahead|qa_from|clocks|causal_trace}
+USAGE="usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|ncu_paged_rows|ncu_paged_source|sanitize|qahead|ncu_nomask|next28|next28b|lse_qahead|qa_from|clocks|causal_trace"
+mode=${1:?$USAGE}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -407,7 +408,7 @@ sanitize)
   done
   ;;
 *)
-  echo "usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|ncu_paged_rows|ncu_paged_source|sanitize|qahead|ncu_nomask|next28|next28b|lse_qahead|qa_from|clocks|causal_trace" >&2
+  echo "$USAGE" >&2
   exit 2
   ;;
 esac
