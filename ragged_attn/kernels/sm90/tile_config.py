@@ -561,11 +561,16 @@ def _q_ahead(layout_class) -> bool:
     -> 674.1, 4 x 512 271.4 -> 263.0; its decode spills 13 registers in the producer) and
     ticket_early alone moved its rows -2.5 .. +1.3%. The LSE class (early Q release off) is not
     yet measured with it."""
-    plain = not getattr(layout_class, "softcap", False) and not getattr(layout_class, "sinks", False)
     return (
         layout_class.d_qk == 128 and layout_class.d_v == 128 and layout_class.mask == "none"
-        and not layout_class.lse and layout_class.kv == "ragged" and plain
+        and not layout_class.lse and layout_class.kv == "ragged" and _plain(layout_class)
     )  # fmt: skip
+
+
+def _plain(layout_class) -> bool:
+    """A class without softcap and sinks (issue 14's options), which some tile choices are
+    measured for only."""
+    return not getattr(layout_class, "softcap", False) and not getattr(layout_class, "sinks", False)
 
 
 def _rows(layout_class) -> bool:
@@ -610,7 +615,7 @@ def _tiles(layout_class) -> TileConfig:
         # 0.921; 1 x 8192 0.908 0.910 0.915 -> 0.944 0.949 0.972 (q_first alone: within +-2%).
         # GPU tests ran on the classes without softcap and sinks; those two keep their kernel until
         # theirs run with it.
-        packs = not getattr(layout_class, "softcap", False) and not getattr(layout_class, "sinks", False)
+        packs = _plain(layout_class)
         return TileConfig(
             192, 128, 3, pingpong=False, overlap=True, producer_regs=32, pack_gqa=packs, q_first=packs, **boxes
         )  # fmt: skip
@@ -656,7 +661,7 @@ def _tiles(layout_class) -> TileConfig:
         # 658.4, 4 x 512 414.4 -> 417.1 and 414.7 -> 415.5, 16 x 256 391.2 -> 387.1. The nolse
         # class keeps it (its loop has that shape already; off: 1 x 16384 708.0 -> 685.6, 4 x 512
         # 418.4 -> 412.0).
-        plain = not getattr(layout_class, "softcap", False) and not getattr(layout_class, "sinks", False)
+        plain = _plain(layout_class)
         eqr = not (layout_class.mask == "none" and layout_class.lse and layout_class.kv == "ragged" and plain)
         paged = layout_class.kv == "paged"
         rows = _rows(layout_class)
