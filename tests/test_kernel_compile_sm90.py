@@ -84,6 +84,27 @@ def test_compiles_without_spills_and_exports(lc, tmp_path, capfd):
     assert callable(mod.fwd)
 
 
+@pytest.mark.parametrize("lse", [False, True], ids=["nolse", "lse"])
+def test_tail_split_compiles_without_spills_and_exports(lse, tmp_path, capfd):
+    """TileConfig.tail_split (kernels/sm90/tail_split.py) on the d128 no-mask classes, the rows it is
+    for: the entry `call_tail` with its four arguments, the pieces' merge traced beside the whole
+    tiles' code, no spill; paged, softcap and sinks classes refuse it."""
+    from ragged_attn.kernels.sm90.launch import kernel_for
+
+    lc = LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "none", lse, "ragged")
+    fn = compile_without_spills(lc, capfd, dataclasses.replace(tile_config(lc), tail_split=True))
+    obj = tmp_path / "k.o"
+    fn.export_to_c(str(obj), "fwd")
+    assert callable(cute.runtime.load_module(str(obj), enable_tvm_ffi=True).fwd)
+    for other in (
+        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "none", lse, "paged"),
+        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "none", lse, "ragged", softcap=True),
+        LayoutClass("sm_90a", 128, 128, "bf16", "bf16", "none", lse, "ragged", sinks=True),
+    ):
+        with pytest.raises(ValueError, match="tail_split"):
+            kernel_for(other, dataclasses.replace(tile_config(other), tail_split=True))
+
+
 def test_one_stage_with_warpgroup_skipping_and_ping_pong_is_refused():
     """One K/V stage with wg_skip and ping-pong deadlocks (an idle warpgroup's V wait and its
     successor's turn wait on each other): refused when the kernel object is made, before tracing."""

@@ -9,10 +9,12 @@ ISSUE10_LSE=0: ours' nolse class and FA4 without LSE, the LSE choice of `python 
 (this tool passes no max_seqlen_k: none of the API's split-KV, batch-order or row-packing rules).
 Kernels: RAGGED_ATTN_SM90_PREBUILT/<class>.o (tools/prebuild_sm90.py) or compiled here; the
 variants named in RAGGED_ATTN_VARIANTS (comma-separated) from RAGGED_ATTN_SM90_PREBUILT/<variant>/<class>.o
-when present (the class built with other tile-config fields); the trees named in RAGGED_ATTN_AB_TREES
+when present (the class built with other tile-config fields; one named tail* was built with tail_split=1
+and launches with the tail split's rules, kernels/sm90/tail_split.py); the trees named in RAGGED_ATTN_AB_TREES
 (label=DIR, tools/ab_tree.sh: another tree's package and kernels, when its kernels take other arguments).
 Each output is checked against FA4's (max abs diff).
-ISSUE10_ROWS adds uniform rows (`extra_rows`).
+ISSUE10_ROWS adds uniform rows (`extra_rows`). ISSUE10_REST_US: the sleep before each timed launch
+(default 300 us; the closing suites rest 3 x the slowest system's host time, ~2.7 ms on 1 x 16384).
 Usage: python tools/bench_issue10.py [ROW_SUBSTRING ...]
 """
 
@@ -194,15 +196,15 @@ def make_impls(lens, hq, hkv, d, causal, dev):
 
     lse_arg, lse_strides = (lse, (0, hq, hq, 1)) if with_lse else (None, (0, 0, 0, 0))
 
-    def ours_call(kernel, dst, launch=launch_forward):
+    def ours_call(kernel, dst, launch=launch_forward, **extra):
         """Our kernel `kernel` (this tree's or a variant's, or another tree's with its `launch`)
-        writing `dst`."""
+        writing `dst`; extra: more launch_forward keywords (a tail_split variant's)."""
 
         def call():
             launch(
                 kernel, q=q, k=k, v=v, out=dst, lse=lse_arg, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
                 seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
-                window_left=-1, window_right=-1, bottom_right=True, lse_strides=lse_strides,
+                window_left=-1, window_right=-1, bottom_right=True, lse_strides=lse_strides, **extra,
             )  # fmt: skip
             return dst
 
@@ -212,7 +214,16 @@ def make_impls(lens, hq, hkv, d, causal, dev):
     for sub in filter(None, os.environ.get("RAGGED_ATTN_VARIANTS", "").split(",")):
         alt = load(lc, sub)  # the same class built with other tile-config fields
         if alt is not None:
-            impls[f"ours {sub}"] = ours_call(alt, torch.empty_like(out))
+            extra = {}
+            if sub.startswith("tail"):  # built with tail_split (prebuild --config tail_split=1)
+                import dataclasses
+
+                from ragged_attn.kernels.sm90.tail_split import tail_class
+                from ragged_attn.kernels.sm90.tile_config import tile_config
+
+                cfg = dataclasses.replace(tile_config(lc), tail_split=True)
+                extra = dict(tail=tail_class(lc, cfg), max_seqlen_k=smax)
+            impls[f"ours {sub}"] = ours_call(alt, torch.empty_like(out), **extra)
     for label, tree in other_trees():  # another tree's package and kernels (tools/ab_tree.sh)
         path = os.path.join(tree, "sm90", lc.name + ".o")
         if os.path.exists(path):
@@ -226,6 +237,9 @@ def make_impls(lens, hq, hkv, d, causal, dev):
 def main():
     picks = sys.argv[1:]
     reps = int(os.environ.get("BENCH_REPS", "30"))
+    # The sleep before each timed launch (us): 300 by default; the suites rest ~2.7 ms before a
+    # 1 x 16384 launch, and a rested H200 holds its boost clock longer (session 28 section 6).
+    rest_us = int(os.environ.get("ISSUE10_REST_US", "300"))
     dev = torch.device("cuda")
     print(torch.cuda.get_device_name(), flush=True)
     table = []
@@ -251,7 +265,7 @@ def main():
                 print(table[-1], flush=True)
         # Interleaved (timing.gpu_ms_interleaved): every implementation in every round, so clock
         # drift under load falls on all alike.
-        times = gpu_ms_interleaved(good, dev, head_start_us=300, reps=reps)
+        times = gpu_ms_interleaved(good, dev, head_start_us=rest_us, reps=reps)
         for label, g in times.items():
             table.append((name, label, g, flops / (g * 1e-3) / 1e12, diffs[label]))
             print(table[-1], flush=True)

@@ -93,6 +93,10 @@
 #         tests), then `... next28b` with [".devcache/q28", ".devcache/tk"] (lse_qahead, qa_from:
 #         branch q-ahead-from's variants, clocks: is FA4's 1-2% on the long no-mask rows a
 #         power-limited clock?, causal_trace); then the closing suites with [".devcache/c"].
+#         Session 29 (no GPU lent): the tail split built (TileConfig.tail_split, off everywhere).
+#         Its call, after next28: `source /tmp/devcache/env.sh; export PYTHONPATH=$PWD:$PYTHONPATH;
+#         bash tools/issue10_round.sh tail` with [".devcache/tail"] (GPU tests, then its variant on
+#         the long no-mask rows beside main and FA4; ~250 s).
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
 # machine goes back 30 s after a call (the next call then pays a fresh start and calls 1-2 again).
@@ -118,6 +122,8 @@
 #            h32/8 d128 rows and 33 x 512, then the trace builds of main / tk1 / qa on 4 x 512 and 64 x 128;
 #            logs $OUT/qahead_bench.log, $OUT/qahead_trace.log
 #   next28   the sweep and the kernel GPU tests at the qa2 config (session 28's next round, call A)
+#   tail     the tail split's GPU tests and its variant beside main and FA4 on the long no-mask rows
+#            (session 29; carry [".devcache/tail"])
 #   next28b  lse_qahead, qa_from, clocks and causal_trace (call B)
 #   causal_trace  the trace builds of main and qa (.devcache/tk) on 1 x 16384 and 4 x 512 causal
 #   qa_from  q_ahead from key block 0 / 1 (branch q-ahead-from) beside main's qa2 ($OUT/qa_from.log)
@@ -155,7 +161,7 @@
 #     --no-variants --jobs 1 --classes sm_90a-d192x128-bf16-bf16-causal-lse-ragged ${v:+--config ${v#*:}}; done
 #   DIMS="128 64" bash tools/paged_variants_round.sh build wr=paged_warp_release=1
 set -o pipefail
-USAGE="usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|ncu_paged_rows|ncu_paged_source|sanitize|qahead|ncu_nomask|next28|next28b|lse_qahead|qa_from|clocks|causal_trace"
+USAGE="usage: issue10_round.sh paged|tests|tests_l2h|switch|switch_source|variant NAME FIELDS|d192|sweep|closing SUITE|closing_paged|ncu|ncu_rows|ncu_paged_rows|ncu_paged_source|sanitize|qahead|ncu_nomask|next28|next28b|lse_qahead|qa_from|clocks|causal_trace|tail"
 mode=${1:?$USAGE}
 source /tmp/devcache/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -281,6 +287,29 @@ next28b)
   BENCH_S=110 bash "$0" qa_from
   CLOCKS_S=120 bash "$0" clocks
   bash "$0" causal_trace
+  ;;
+tail)
+  # Session 29 (carry [".devcache/tail"], ~250 s): the tail split (TileConfig.tail_split, off in every
+  # class): its GPU tests, then the d128 no-mask classes built with it (variant `tail`) beside main and
+  # FA4 on the long no-mask rows it splits (1 x 16384 at 32 / 28 / 64 heads, 2 x 8192 at 64) and on
+  # rows it leaves whole (4 x 512, 16 x 256, mixed14, 33 x 512: its whole tiles' interior loop has 469 instructions to
+  # main's 462, tools/sass_static.py). .devcache/tail: root = main's d128 none lse / nolse objects,
+  # tail/ = the same classes with tail_split=1 (tools/prebuild_sm90.py --config tail_split=1).
+  RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tail timeout ${TESTS_S:-200} python3 -m pytest tests/gpu/test_tail_split_gpu.py \
+    -q -p no:cacheprovider > $OUT/tail_tests.log 2>&1
+  grep -E "passed|failed|FAILED|ERROR|Error" $OUT/tail_tests.log | tail -20
+  # The nolse class beside the peers (what the suites time), then the LSE class beside main alone.
+  for lse in 0 1; do
+    ISSUE10_LSE=$lse ISSUE10_PEERS=$((1 - lse)) RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tail RAGGED_ATTN_VARIANTS=tail \
+      ISSUE10_ROWS=1x16384:28/4:128:nomask,1x16384:64/8:128:nomask,33x512:32/8:128:nomask \
+      BENCH_REPS=${BENCH_REPS:-20} timeout ${BENCH_S:-150} python3 tools/bench_issue10.py "d128 nomask" > $OUT/tail_bench_lse$lse.log 2>&1
+    grep "^| " $OUT/tail_bench_lse$lse.log
+  done
+  # The 1 x 16384 rows again after the suites' rest (~2.7 ms before each launch, not 300 us).
+  ISSUE10_REST_US=2700 ISSUE10_LSE=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tail RAGGED_ATTN_VARIANTS=tail \
+    ISSUE10_ROWS=1x16384:28/4:128:nomask,1x16384:64/8:128:nomask BENCH_REPS=${BENCH_REPS:-20} timeout ${BENCH_S:-150} \
+    python3 tools/bench_issue10.py "1x16384 h32/8 d128 nomask" ISSUE10_ROWS > $OUT/tail_bench_rest.log 2>&1
+  grep "^| " $OUT/tail_bench_rest.log
   ;;
 lse_qahead)
   # Session 28: the d128 no-mask LSE class (early Q release off) with q_ahead, ticket_early 1 / 2

@@ -43,13 +43,15 @@ _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 
 def compile_cubin(d_qk: int, mask: str, kv: str, fields: dict, out_dir: str, flags: tuple = ()) -> str:
     """The class's cubin path (compiled with its tile config, `fields` replaced; flags: the class's
-    optional flags, "softcap" / "sinks")."""
+    optional flags, "softcap" / "sinks", or "nolse" for the class without an LSE)."""
     from ragged_attn.kernels.sm90 import compile_forward
     from ragged_attn.kernels.sm90.tile_config import tile_config
     from ragged_attn.layout_class import LayoutClass
 
     d_v = 128 if d_qk == 192 else d_qk
-    lc = LayoutClass("sm_90a", d_qk, d_v, "bf16", "bf16", mask, True, kv, **{f: True for f in flags})
+    lse = "nolse" not in flags  # "nolse": the class without an LSE (what the suites time)
+    options = {f: True for f in flags if f != "nolse"}
+    lc = LayoutClass("sm_90a", d_qk, d_v, "bf16", "bf16", mask, lse, kv, **options)
     config = dataclasses.replace(tile_config(lc), **fields)
     compile_forward(lc, extra_options=f"--keep-cubin --dump-dir {out_dir}", config=config)
     (cubin,) = [os.path.join(out_dir, f) for f in os.listdir(out_dir) if f.endswith(".cubin")]
@@ -110,7 +112,7 @@ def main():
     ap.add_argument("mask", choices=("none", "causal", "window"))
     ap.add_argument("fields", nargs="?", default="", help="TileConfig fields, FIELD=VALUE,...")
     ap.add_argument("--kv", default="ragged", choices=("ragged", "paged"))
-    ap.add_argument("--flags", default="", help="the class's optional flags: softcap, sinks (comma-separated)")
+    ap.add_argument("--flags", default="", help="the class's optional flags: softcap, sinks, nolse (comma-separated)")
     ap.add_argument("--listing", help="also write the whole disassembly here")
     ap.add_argument(
         "--cubin", help="summarize this cubin, not a compiled class (d_qk and mask only label it)"

@@ -45,6 +45,31 @@ def compiled_for(lc: LayoutClass):
     return _COMPILED[lc]
 
 
+def compiled_tail_for(lc: LayoutClass):
+    """The class built with TileConfig.tail_split (kernels/sm90/tail_split.py; no class ships with
+    it): RAGGED_ATTN_SM90_PREBUILT/tail/<class>.o (tools/prebuild_sm90.py --config tail_split=1)
+    where present, else compiled here. Returns (function, config)."""
+    import dataclasses
+
+    from ragged_attn.kernels.sm90.tile_config import tile_config
+
+    cfg = dataclasses.replace(tile_config(lc), tail_split=True)
+    key = (lc, "tail")
+    if key not in _COMPILED:
+        COMPILES[key] += 1
+        prebuilt = os.environ.get("RAGGED_ATTN_SM90_PREBUILT", "")
+        path = os.path.join(prebuilt, "tail", lc.name + ".o")
+        if prebuilt and os.path.exists(path):
+            import cutlass.cute as cute
+
+            _COMPILED[key] = getattr(cute.runtime.load_module(path, enable_tvm_ffi=True), "fwd")
+        else:
+            from ragged_attn.kernels.sm90 import compile_forward
+
+            _COMPILED[key] = compile_forward(lc, config=cfg)
+    return _COMPILED[key], cfg
+
+
 # ----------------------------------------------------------------------------- reference
 def reference(q, k, v, starts_q, lens_q, starts_k, lens_k, scale, mask, left, right, bottom_right):
     """Per-sequence float32 attention. Returns out (total_q, H, dv) fp32 (NaN outside sequences)
@@ -142,7 +167,15 @@ def run_case(c: dict, lc_cache=None):
         buf = torch.full(phys_shape, float("nan"), device=dev)
         lse = buf.permute([order.index(a) for a in range(3)])  # logical (B, H, S) view
         strides = (lse.stride(0), 0, lse.stride(2), lse.stride(1))
-    fn = compiled_for(lc)
+    extra = {}
+    if "tail" in c:  # the tail split: c["tail"] = (tail_tiles, pieces) forced, or "auto" (the rules)
+        from ragged_attn.kernels.sm90.tail_split import tail_class
+
+        fn, cfg = compiled_tail_for(lc)
+        force = None if c["tail"] == "auto" else tuple(c["tail"])
+        extra = dict(tail=tail_class(lc, cfg, force), max_seqlen_k=max(lens_k + [0]))
+    else:
+        fn = compiled_for(lc)
     max_seqlen_q = max(lens_q + [0]) + c.get("msq_extra", 0)
     left, right = c.get("left", -1), c.get("right", -1)
     torch.cuda.set_sync_debug_mode("error")
@@ -152,7 +185,7 @@ def run_case(c: dict, lc_cache=None):
             seqused_q=su_q, seqused_k=su_k, batch=B, max_seqlen_q=max_seqlen_q, lse_s_max=s_max,
             softmax_scale=scale, window_left=left, window_right=right,
             bottom_right=c.get("bottom_right", True), lse_strides=strides, lse_base_is_log2=log2_base,
-            num_splits=c.get("num_splits", 1), pack_rows=c.get("pack_rows"),
+            num_splits=c.get("num_splits", 1), pack_rows=c.get("pack_rows"), **extra,
         )
     finally:
         torch.cuda.set_sync_debug_mode("default")

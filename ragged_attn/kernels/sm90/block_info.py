@@ -94,10 +94,12 @@ class BlockInfo:
         return self.n_min, self.n_max
 
     @cute.jit
-    def for_split(self, split: Int32, num_splits: Int32) -> "BlockInfo":
+    def for_split(self, split: Int32, num_splits: Int32, split_flag: bool = True) -> "BlockInfo":
         """This tile as split `split` of `num_splits` visits it: the blocks [n_min + split * n //
         num_splits, n_min + (split + 1) * n // num_splits) of its n = n_max - n_min (module
-        docstring). num_splits == 1 divides nothing."""
+        docstring). num_splits == 1 divides nothing. split_flag (trace time): the `split` of the
+        result for a run-time num_splits (False: the tail split's producer, whose whole tiles and
+        pieces share one traced copy; the flag only picks the MMA loop's Q-release test)."""
         n_min, n_max = self.n_min, self.n_max
         if const_expr(isinstance(num_splits, int) and num_splits == 1):
             return BlockInfo(
@@ -111,7 +113,7 @@ class BlockInfo:
             n_min = share_min
         return BlockInfo(
             self.tile_n, self.has_left, self.has_right, self.row_lo, self.row_hi, self.len_q, self.len_k,
-            self.off, self.left, self.right, n_min, n_max,
+            self.off, self.left, self.right, n_min, n_max, split=split_flag,
         )  # fmt: skip
 
     @cute.jit

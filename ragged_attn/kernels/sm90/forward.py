@@ -93,6 +93,7 @@ from .paged_producer import PagedProducer, PipelineCpAsyncWarpRelease
 from .producer import TmaProducer
 from .seqlen_info import SeqlenInfo
 from .softmax import OnlineSoftmax, acc_rows_view, rescale_rows
+from .tail_merge import merge_piece
 from .tile_config import SMEM_CAPACITY, TileConfig, o_aliases_q, smem_bytes, tile_words
 from .tile_scheduler import (
     PACK_MIN_SAVING,
@@ -103,6 +104,10 @@ from .tile_scheduler import (
     item_shift,
     slot_slack,
     streaming_rows,
+    TAIL_MAX_PIECES,
+    TAIL_MAX_TILES,
+    tail_tile,
+    tail_word_fields,
     tile_item,
     tile_items,
     tile_rows,
@@ -257,6 +262,16 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         # sort_batch ranks streaming rows first, walk_tiles deals their tiles among the others'
         self.stream_mix = bool(config.stream_mix and config.batch_order)
         self.tile_words = tile_words(config)  # > TILE_WORDS: the items travel with the tile
+        # The launch's last tiles in pieces, merged by their last piece (tail_merge.py); entered
+        # through `call_tail`.
+        self.tail_split = config.tail_split
+        if self.tail_split and (
+            paged or sinks or softcap or self.pack_gqa or self.pack_rows or not self.wg_epilogue or self.stream_mix
+        ):  # fmt: skip
+            raise ValueError(
+                f"RaggedForwardSm90: {config}: tail_split needs a ragged class without sinks (each piece would count the "
+                "sink) or softcap (its entry is call_ext), one row block per warpgroup, wg_epilogue and no stream_mix"
+            )
         if alias and self.q_stages != 1:
             raise ValueError(f"RaggedForwardSm90: {config}: O in Q's buffer needs q_stages == 1")
         if self.wg_skip and self.pingpong and self.num_stages < 2:
@@ -363,13 +378,65 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         )  # fmt: skip
 
     @cute.jit
+    def call_tail(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: Optional[cute.Tensor],
+        mCuSeqlensQ: cute.Tensor,
+        mCuSeqlensK: cute.Tensor,
+        mSeqUsedQ: cute.Tensor,
+        mSeqUsedK: cute.Tensor,
+        use_seqused_q: Int32,
+        use_seqused_k: Int32,
+        batch: Int32,
+        max_seqlen_q: Int32,
+        lse_s_max: Int32,
+        softmax_scale: Float32,
+        window_left: Int32,
+        window_right: Int32,
+        bottom_right: Int32,
+        lse_s_b: Int64,
+        lse_s_tok: Int64,
+        lse_s_row: Int64,
+        lse_s_h: Int64,
+        lse_scale: Float32,
+        num_ctas: Int32,
+        mTileCounter: cute.Tensor,
+        mPageTable: Optional[cute.Tensor],
+        num_splits: Int32,
+        pack_rows: Int32,
+        batch_order: Int32,
+        tail_tiles: Int32,  # the launch's last tiles taken in pieces (0: none; at most its tiles and 2**22)
+        tail_pieces: Int32,  # pieces per tail tile, 2 .. 16 (tile_scheduler.TAIL_MAX_PIECES)
+        mTailWork: cute.Tensor,  # (n,) fp32: tail_tiles x MMA warpgroups x tail_pieces slots (tail_merge.slot_floats)
+        mTailCount: cute.Tensor,  # (tail_tiles x MMA warpgroups,) int32, 0 before the launch, left 0 after it
+        stream: cuda.CUstream,
+    ):
+        """The host entry of a class with TileConfig.tail_split: `__call__`'s arguments and then the
+        tail split's four, before the stream (tile_scheduler.py "Tail split", tail_merge.py). The
+        pieces run where the launch does not split K/V and its LSE is not padded (else tail_tiles
+        counts as 0)."""
+        self.host(
+            mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
+            batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
+            lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, pack_rows,
+            batch_order, stream, None, None, (tail_tiles, tail_pieces, mTailWork, mTailCount),
+        )  # fmt: skip
+
+    @cute.jit
     def host(
         self, mQ, mK, mV, mO, mLSE, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, use_seqused_q, use_seqused_k,
         batch, max_seqlen_q, lse_s_max, softmax_scale, window_left, window_right, bottom_right,
         lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale, num_ctas, mTileCounter, mPageTable, num_splits, pack_rows,
-        batch_order, stream, mSinks, softcap,
+        batch_order, stream, mSinks, softcap, tail=None,
     ):  # fmt: skip
-        """The host side of both entries (`__call__`: mSinks and softcap None)."""
+        """The host side of the entries (`__call__`: mSinks and softcap None; `call_tail`: tail =
+        (tail_tiles, tail_pieces, mTailWork, mTailCount))."""
+        if const_expr(self.tail_split != (tail is not None)):
+            raise ValueError("RaggedForwardSm90: a class with TileConfig.tail_split is entered through call_tail, only it")
         # Sequence first, head last, as TMA wants: (total, d, h).
         mQt = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[0, 2, 1]))
 
@@ -499,6 +566,16 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
                 tiles_max, packed, num_tiles = self.tile_counts(
                     1, num_heads, total_q, batch, max_seqlen_q, lse_s_max, num_splits, row_mult
                 )  # fmt: skip
+        tail_start, tail_pieces = None, None
+        if const_expr(tail is not None):
+            # The last `taken` tiles in tail_pieces pieces each (tile_scheduler.py "Tail split").
+            tail_tiles, tail_pieces, mTailWork, mTailCount = tail
+            # (at most 2**22 tail tiles: a piece's handed-over word keeps its index in 23 bits)
+            taken = cutlass.min(cutlass.min(Int64(cutlass.max(tail_tiles, 0)), num_tiles), Int64(TAIL_MAX_TILES))
+            if num_splits != 1 or lse_s_max != 0 or tail_pieces < 2 or tail_pieces > TAIL_MAX_PIECES:
+                taken = Int64(0)
+            tail_start = num_tiles - taken
+            num_tiles = num_tiles + taken * Int64(tail_pieces - 1)
         grid_x = Int32(cutlass.min(num_tiles, Int64(cutlass.max(num_ctas, 1))))
         scale_log2 = softmax_scale * Float32(LOG2_E)
         softcap_mult = None
@@ -565,6 +642,8 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         )
         if const_expr(self.softcap or self.sinks):
             launched = self.kernel(*kernel_args, mSinks, softcap_mult)
+        elif const_expr(tail is not None):
+            launched = self.kernel(*kernel_args, None, None, tail_start, tail_pieces, mTailWork, mTailCount)
         else:
             launched = self.kernel(*kernel_args)
         launched.launch(
@@ -612,6 +691,10 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
             "mbar_q": cute.struct.MemRange[cutlass.Int64, 2 * self.q_stages],
             "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
             "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages],
+        }
+        if self.tail_split:  # merge_piece: whether each MMA warpgroup finished its row block's last piece
+            fields["tail_last"] = cute.struct.MemRange[Int32, self.num_mma_warpgroups]
+        fields |= {
             "sQ": buf(self.dtype, sQ_layout),
             "sK": buf(self.dtype, sK_layout),
             "sV": buf(self.dtype, sV_layout),
@@ -688,6 +771,10 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         SharedStorage: cutlass.Constexpr,
         mSinks: Optional[cute.Tensor] = None,  # sinks class: (H_q,) fp32 sink logits; else None
         softcap_mult: Optional[Float32] = None,  # softcap class: softmax_scale / softcap; else None
+        tail_start: Optional[Int64] = None,  # tail_split: the first linear index of the pieces
+        tail_pieces: Optional[Int32] = None,  # tail_split: pieces per tail tile
+        mTailWork: Optional[cute.Tensor] = None,  # tail_split: the pieces' fp32 workspace (tail_merge.py)
+        mTailCount: Optional[cute.Tensor] = None,  # tail_split: each tail row block's arrived pieces
     ):
         """The device side of every class. A class without softcap or sinks launches it without the
         last two arguments (left at None: its compiled objects stay as before issue 14)."""
@@ -810,6 +897,9 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         )  # fmt: skip
         # Split-KV: (num_splits, total_q), read by the tile decode, the block ranges and the stores.
         splits = (num_splits, cute.size(tma_Q.shape[0]))
+        if const_expr(self.tail_split):  # the walks' copy without split-KV reads the tail split from here
+            sLast = storage.tail_last.get_tensor(cute.make_layout((self.num_mma_warpgroups,)))
+            splits = splits + ((tail_start, tail_pieces, mTailWork, mTailCount, sLast),)
         handoff = (pipe_tile, sTile, mTileCounter, pack_r, splits, row_mult)
         q_tma = (tma_Q, tma_Qw, tma_atom_Qw, mQ)  # the producer's Q loads (load_q)
         lse_args = (mLSE, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h)
@@ -1004,7 +1094,11 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         block_info are split `split`'s (its output rows, its share of the key blocks)."""
         _, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k, row_mult = sched[:13]
         order = sched[13] if const_expr(len(sched) > 13) else None  # sort_batch's, with TileConfig.batch_order
-        num_splits, total_q = splits
+        num_splits, total_q = splits[:2]
+        # The tail split (TileConfig.tail_split) in the walks' copy without split-KV only.
+        tail = splits[2] if const_expr(len(splits) > 2 and isinstance(num_splits, int)) else None
+        if const_expr(tail is not None):
+            t, tail_word, piece, pieces = tail_tile(t, tail[0], tail[1])
         unit, tile, batch_idx, has_rows, seqlen, split = decode_tile(
             t, num_units, pack_r, ratio, tiles_max, packed, cu_q, cu_k, used_q, used_k, flag_q, flag_k,
             self.tile_m, (self.d_qk + self.d_v) * (self.dtype.width // 8), self.l2_kv_head_groups, num_splits,
@@ -1017,6 +1111,10 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         if const_expr(len(items) > 0):
             rows = (items[-2], items[-1])
         block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers, rows, split, num_splits, row_mult)
+        if const_expr(tail is not None):
+            # A piece's share of the key blocks (a whole tile: pieces 1); its word travels as `go`.
+            block_info = block_info.for_split(piece, pieces, split_flag=False)
+            split = tail_word
         return unit, tile, batch_idx, has_rows, seqlen, block_info, items, split
 
     @cute.jit
@@ -1058,7 +1156,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         """(sched, handoff, loads) of a launch without split-KV and without row packing, their
         num_splits and row_mult the trace-time constant 1 (the walks' fast copy, `producer_walk`)."""
         sched_1 = None if sched is None else sched[:12] + (1,) + sched[13:]
-        handoff_1 = handoff[:4] + ((1, handoff[4][1]), 1)
+        handoff_1 = handoff[:4] + ((1,) + tuple(handoff[4][1:]), 1)
         loads_1 = tuple(sched_1 if sched is not None and x is sched else x for x in loads)
         return sched_1, handoff_1, loads_1
 
@@ -1172,9 +1270,29 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         tile, until one with go = 0. item: MMA warpgroup wg_idx's (row_block, head_idx) as handed
         over (classes with GQA packing), else None."""
         pipe_tile, sTile, _, pack_r, splits, row_mult = handoff
-        num_splits, total_q = splits
+        num_splits, total_q = splits[:2]
+        # The tail split (the MMA warpgroups of the copy without split-KV): go - 1 is the tile's word.
+        tail = None
+        if const_expr(len(splits) > 2 and isinstance(num_splits, int) and wg_idx is not None):
+            tail = splits[2]
         tile_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_STAGES)
         go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
+        if const_expr(tail is not None):
+            # A CTA's tickets rise, so its whole tiles (go 1) all come before its tail pieces (go - 1
+            # the piece's word): two loops, the first the class's code without the tail split (in
+            # one loop behind a per-tile test, ptxas gave the interior loop 20 more instructions).
+            while go == 1:
+                block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers, rows, 0, 1)
+                q_state, kv_state = run_one(run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item)
+                go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
+            while go != 0:
+                tail_idx, piece, pieces = tail_word_fields(go - 1)
+                block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers, rows, piece, pieces)
+                q_state, kv_state = run_one(
+                    run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item,
+                    tail=(tail_idx, piece, pieces) + tuple(tail[2:]),
+                )  # fmt: skip
+                go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
         while go != 0:
             split = 0
             split_seqlen = seqlen
@@ -1397,7 +1515,7 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
     @cute.jit
     def mma_tile(
         self, run_args, seqlen: SeqlenInfo, block_info: BlockInfo, tile: Int32, unit: Int32, batch_idx: Int32,
-        q_state, kv_state, item=None, row_mult=None,
+        q_state, kv_state, item=None, row_mult=None, tail=None,
     ):  # fmt: skip
         """One tile with query rows on the MMA warpgroups: wait for Q, run the key blocks, release
         Q (after the mainloop, or after the epilogue has read O back when O's buffer is Q's), then
@@ -1409,7 +1527,9 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         row_mult): the unpacked copy is the class's code without row packing, so its interior loop
         is the same SASS instruction for instruction (traced once with run-time tests, the row
         tokens and the warpgroups' token ranges moved ptxas's P V wait 40 instructions into the
-        softmax of d128 causal). Returns (q_state, kv_state)."""
+        softmax of d128 causal). tail: None, or a tail piece's (tail index, piece, pieces, mTailWork,
+        mTailCount, sLast): its O goes through `merge_piece`, and only the last piece stores the rows.
+        Returns (q_state, kv_state)."""
         tiled_mma_qk, tiled_mma_pv, frags, out_args, pipe_q, pipe_k, pipe_v, scale_log2, tidx, wg_idx, pack_r = (
             run_args[:11]
         )  # fmt: skip
@@ -1463,8 +1583,17 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
             sink_log2 = mSinks[head_idx] * Float32(LOG2_E)  # the head's sink logit, log2 domain
         row_scale = softmax.finalize(sink_log2)
         rescale_rows(acc_O, row_scale)
+        store_seqlen = seqlen
+        if const_expr(tail is not None):
+            tail_idx, piece, pieces, mTailWork, mTailCount, sLast = tail
+            last = merge_piece(
+                acc_O, softmax.row_sum, mTailWork, mTailCount, sLast, tail_idx, piece, pieces, wg_idx,
+                tidx - wg_idx * 128, self.num_mma_warpgroups, EPILOGUE_WG_BARRIER_BASE + wg_idx,
+            )  # fmt: skip
+            # Not the last piece: the epilogue's barriers and turns as ever, no row stored.
+            store_seqlen = SeqlenInfo(seqlen.offset_q, seqlen.offset_k, seqlen.len_q * last, seqlen.len_k, seqlen.offset_o)
         store_tile(
-            acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, seqlen, tidx,
+            acc_O, softmax.row_sum, tiled_mma_pv, gmem_tiled_copy_O, sO, mO, mLSE, store_seqlen, tidx,
             row0, head_idx, batch_idx, lse_s_max, lse_s_b, lse_s_tok, lse_s_row, lse_s_h, lse_scale,
             self.tile_m, self.d_v, self.out_dtype, self.has_lse and not self.trace, self.num_mma_threads,
             EPILOGUE_BARRIER_ID, self.o_aliases_q, pipe_q, q_state, self.wg_epilogue, wg_idx, EPILOGUE_WG_BARRIER_BASE,

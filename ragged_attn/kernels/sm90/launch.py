@@ -35,11 +35,20 @@ COMPILED_ARGS = (
 # None for a class without sinks) and softcap (a float, ignored by a class without softcap). The
 # other classes' functions (and compiled objects) are unchanged.
 COMPILED_ARGS_EXT = COMPILED_ARGS + ("sinks", "softcap")
+# A class whose tile config has tail_split (tile_scheduler.py "Tail split"; none ships with it) takes
+# four more, after batch_order: the tail tiles, their pieces, the fp32 workspace and the int32
+# counters (tail_split.tail_arguments).
+COMPILED_ARGS_TAIL = COMPILED_ARGS + ("tail_tiles", "tail_pieces", "tail_work", "tail_count")
 
 
-def compiled_args(layout_class: LayoutClass) -> tuple:
-    """The argument order of `layout_class`'s compiled function."""
-    return COMPILED_ARGS_EXT if extended(layout_class) else COMPILED_ARGS
+def compiled_args(layout_class: LayoutClass, config=None) -> tuple:
+    """The argument order of `layout_class`'s compiled function (built with `config`, a TileConfig,
+    where given, else with the class's own)."""
+    if extended(layout_class):
+        return COMPILED_ARGS_EXT
+    from .tile_config import tile_config
+
+    return COMPILED_ARGS_TAIL if (config or tile_config(layout_class)).tail_split else COMPILED_ARGS
 
 
 def extended(layout_class: LayoutClass) -> bool:
@@ -261,6 +270,10 @@ def compile_forward(layout_class: LayoutClass, extra_options: str = "", config=N
         # (H_q,) float32 sinks: the same extent as q's heads (TVM-FFI checks it).
         sinks = fake(Float32, (h_q,), (1,), assumed_align=4) if layout_class.sinks else None
         return cute.compile(kernel.call_ext, *args, sinks, Float32(1.0), stream, options=options)
+    if kernel.tail_split:
+        work = fake(Float32, (cute.sym_int(),), (1,), assumed_align=4)
+        counts = fake(Int32, (cute.sym_int(),), (1,), assumed_align=4)
+        return cute.compile(kernel.call_tail, *args, Int32(0), Int32(2), work, counts, stream, options=options)
     return cute.compile(kernel, *args, stream, options=options)
 
 
@@ -376,6 +389,7 @@ def launch_forward(
     pack_rows=None,
     max_seqlen_k=None,
     batch_order=None,
+    tail=None,
 ):
     """Launch `compiled` on torch's current stream. The caller has checked everything.
 
@@ -426,7 +440,13 @@ def launch_forward(
     fresh_outputs: out and lse were made for this call, so the merge may write their rows outside
     every sequence too (O = 0, LSE = -inf there); False: only the sequences' rows are written, as
     without splits.
+    tail: None for a class without TileConfig.tail_split; for one with it (its compiled function
+    takes COMPILED_ARGS_TAIL), its tail_split.TailClass (`tail_split.tail_class`): the launch's last
+    tiles then run in pieces where `tail_split.choose_tail_split` says so (max_seqlen_k needed), or
+    as TailClass.force says; never with num_splits > 1 (ValueError naming num_splits).
     """
+    if num_splits != 1 and tail is not None:
+        raise ValueError(f"num_splits: a tail_split class's launch runs unsplit (1), got {num_splits!r}")
     if num_splits != 1:
         _check_split(num_splits, q, lse, lse_s_max, lse_strides, sinks, split_compiled)
     if batch == 0 or q.shape[1] == 0 or max(max_seqlen_q, lse_s_max) == 0:
@@ -497,6 +517,13 @@ def launch_forward(
         1 if batch_order else 0,
         *((sinks, float(softcap)) if extended else ()),
     )  # fmt: skip
+    if tail is not None:
+        from .tail_split import tail_arguments
+
+        args = args + tail_arguments(
+            tail, q, batch=batch, max_seqlen_q=max_seqlen_q, total_k=k.shape[0], max_seqlen_k=max_seqlen_k,
+            seqused_k=seqused_k, num_ctas=num_ctas, lse_s_max=lse_s_max,
+        )  # fmt: skip
     if num_splits == 1:
         compiled(*args)
         return

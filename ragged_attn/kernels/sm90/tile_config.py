@@ -206,6 +206,15 @@ class TileConfig:
     # elsewhere (session 27's trace: Q, read once from DRAM, arrived 0.6-1.9 us after the MMA
     # warpgroups wanted it).
     q_ahead: bool = False
+    # Ragged classes without row or GQA packing: the launch's last tiles (run-time `tail_tiles`, chosen
+    # by the host for equal tiles: kernels/sm90/tail_split.py) are each taken `tail_pieces` times, one
+    # share of the tile's key blocks per piece, as split-KV splits them; each piece's MMA warpgroups
+    # write their normalised O and LSE (fp32) to a workspace, and the warpgroup that finishes a row
+    # block's last piece merges the others into its registers and stores the tile (tail_merge.py).
+    # Aimed at the last wave of a uniform no-mask launch (1 x 16384 at 32 heads: 4,096 tiles on 132
+    # CTAs leave 4 tiles to run alone for one tile time, 3.1% of the launch; session 28's model). A
+    # class with it is entered through `call_tail` (four more arguments). Off everywhere (unmeasured).
+    tail_split: bool = False
     # Diagnostic builds only (trace.py): stamp the global timer at each CTA's entry, tile hand-overs,
     # Q waits, loops and stores into the LSE buffer instead of the LSE (tools/trace_timeline.py).
     trace_timeline: bool = False
@@ -254,6 +263,11 @@ class TileConfig:
             raise ValueError(f"TileConfig.ticket_early: expected 0 (off) or key blocks >= 1, got {self.ticket_early}")
         if self.q_ahead and (not self.ticket_early or self.q_stages != 2):
             raise ValueError("TileConfig.q_ahead: needs ticket_early >= 1 and q_stages == 2 (the next tile's Q buffer)")
+        if self.tail_split and (self.pack_gqa or self.pack_rows or not self.wg_epilogue or self.stream_mix):
+            raise ValueError(
+                "TileConfig.tail_split: needs wg_epilogue, and neither pack_gqa nor pack_rows (one row block per "
+                "warpgroup) nor stream_mix (its dealing would put whole tiles among the pieces)"
+            )
         if self.q_stages not in (1, 2):
             raise ValueError(f"TileConfig.q_stages: expected 1 or 2, got {self.q_stages}")
 
@@ -273,6 +287,8 @@ def smem_bytes(cfg: TileConfig, d_qk: int, d_v: int, o_separate: bool, elem_byte
     pipelines) and the decoded tiles' slots, then Q stages, K stages, V stages (and O) buffers, then
     the batch order's arrays (TileConfig.batch_order)."""
     total = 8 * 2 * (cfg.q_stages + 2 * cfg.num_stages + _TILE_STAGES) + 4 * tile_words(cfg) * _TILE_STAGES
+    if cfg.tail_split:  # one int32 per MMA warpgroup: whether it finished its row block's last piece
+        total += 4 * (cfg.tile_m // 64)
     bufs = [cfg.q_stages * cfg.tile_m * d_qk, cfg.num_stages * cfg.tile_n * d_qk, cfg.num_stages * cfg.tile_n * d_v]
     if o_separate:
         bufs.append((64 if cfg.o_turns else cfg.tile_m) * d_v)

@@ -44,6 +44,12 @@ Slot j < tiles_q of a sequence is its (j+1)-th tile from the end, so the costlie
 come first and the cheap first tiles form the tail (longest-first). Slots past a sequence's tiles
 hold nothing (packed) or only padded LSE rows (per sequence).
 
+Tail split (TileConfig.tail_split; a run-time choice per launch, tail_split.py): the launch's last
+T tiles of the order above (u >= U0 = N - T, N its tiles) are each taken S times, pieces fastest:
+linear index t >= U0 is piece (t - U0) mod S of tile u = U0 + (t - U0) // S, which visits that
+share of the tile's key blocks (BlockInfo.for_split's shares); the launch then has N + T (S - 1)
+linear indices. T = 0: the order above. Never with split-KV or row packing (`tail_tile`).
+
 Batch order (TileConfig.batch_order; a run-time choice per launch, split_kv.choose_batch_order):
 the sequences of the linear order are the batch's sorted by key length, longest first, ties in the
 caller's order (`batch_order_ref`), so the longest sequences' costliest tiles start first: position
@@ -89,6 +95,47 @@ from .seqlen_info import SeqlenInfo
 from .slot_math import PACK_MIN_SAVING, ROW_BLOCK, slot_slack  # noqa: F401 (re-exported)
 
 L2_KV_BYTES = 32 << 20  # K/V bytes of the heads grouped to share L2 (H100/H200: 50 MiB of L2)
+
+
+TAIL_PIECE_BITS = 4  # a tail tile's handed-over word: (tail index << 8) | (piece << 4) | (pieces - 1)
+TAIL_MAX_PIECES = 1 << TAIL_PIECE_BITS
+TAIL_MAX_TILES = 1 << 22  # tail tiles a launch takes at most (the word's index stays a positive int32)
+
+
+@cute.jit
+def tail_tile(t: Int64, tail_start: Int64, pieces: Int32):
+    """(u, word, piece, count) of linear index t under the tail split (module docstring): u the
+    index of the order without it, piece and count (1 below tail_start: the whole tile) the key-block
+    share to visit, word 0 for a whole tile, else (tail index << 8) | (piece << 4) | (pieces - 1)
+    (non-zero: pieces >= 2), which travels to the MMA warpgroups (`tail_word_fields`)."""
+    u = t
+    word = Int32(0)
+    piece = Int32(0)
+    count = Int32(1)
+    if t >= tail_start:
+        d = t - tail_start
+        idx = d // Int64(pieces)
+        piece = Int32(d - idx * Int64(pieces))
+        u = tail_start + idx
+        count = pieces
+        word = (Int32(idx) << (2 * TAIL_PIECE_BITS)) | (piece << TAIL_PIECE_BITS) | (pieces - 1)
+    return u, word, piece, count
+
+
+@cute.jit
+def tail_word_fields(word: Int32):
+    """(tail index, piece, pieces) of a non-zero `tail_tile` word."""
+    mask = Int32(TAIL_MAX_PIECES - 1)
+    return word >> (2 * TAIL_PIECE_BITS), (word >> TAIL_PIECE_BITS) & mask, (word & mask) + 1
+
+
+def tail_tile_ref(t: int, tail_start: int, pieces: int):
+    """Pure-Python twin of `tail_tile` (and of `tail_word_fields` on its word), for tests."""
+    if t < tail_start:
+        return t, 0, 0, 1
+    idx, piece = divmod(t - tail_start, pieces)
+    word = (idx << (2 * TAIL_PIECE_BITS)) | (piece << TAIL_PIECE_BITS) | (pieces - 1)
+    return tail_start + idx, word, piece, pieces
 
 
 @cute.jit
