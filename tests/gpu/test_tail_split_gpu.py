@@ -39,7 +39,7 @@ def _case(**kw):
 TAIL_CASES = {
     "few_tiles_4_pieces": _case(lens_q=[1000, 1000], lens_k=[1000, 1000], tail=(5, 4)),
     "all_tiles_16_pieces": _case(lens_q=[512, 512], lens_k=[2048, 2048], tail=(64, 16)),
-    "more_tiles_than_the_launch": _case(lens_q=[300], lens_k=[1500], hq=4, hkv=4, tail=(1000, 3)),
+    "more_tiles_than_the_launch": _case(lens_q=[300], lens_k=[1500], hq=4, hkv=4, tail=(100, 3)),
     "empty_shares": _case(lens_q=[256, 256, 256], lens_k=[300, 100, 10], tail=(48, 16)),
     "unequal_lengths": _case(lens_q=[700, 33, 1300, 1], lens_k=[900, 2100, 1300, 5000], tail=(9, 5)),
     "seqused_gaps": _case(lens_q=[129, 0, 400], lens_k=[1000, 300, 2500], seqused=True, tail=(7, 3)),
