@@ -273,8 +273,8 @@ qahead)
   ;;
 next28)
   # Session 28's next round, call A (carry [".devcache/sweepcache", ".devcache/sm90"], ~260 s): the
-  # sweep at the qa2 config, then the kernel GPU tests at main's config (the d128 no-mask nolse class,
-  # now q_ahead with ticket_early 2, compiles there: .devcache/sm90 does not hold it). Call B:
+  # sweep at the qa2 config, then the kernel GPU tests at main's config (.devcache/sm90 holds the d128
+  # no-mask nolse class at q_ahead with ticket_early 2 since session 29). Call B:
   # next28b with [".devcache/q28", ".devcache/tk"]. Then a call with [".devcache/c"]:
   # bash .devcache/c/bootstrap.sh; for s in issue10 serving-full serving; do bash tools/issue10_round.sh closing $s; done
   SWEEP_S=${SWEEP_S:-150} bash "$0" sweep
