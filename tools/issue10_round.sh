@@ -295,8 +295,10 @@ tail)
   # class): its GPU tests, then the d128 no-mask classes built with it (variant `tail`) beside main and
   # FA4 on the long no-mask rows it splits (1 x 16384 at 32 / 28 / 64 heads, 2 x 8192 at 64) and on
   # rows it leaves whole (4 x 512, 16 x 256, mixed14, 33 x 512: its whole tiles' interior loop has 469 instructions to
-  # main's 462, tools/sass_static.py). .devcache/tail: root = main's d128 none lse / nolse objects,
-  # tail/ = the same classes with tail_split=1 (tools/prebuild_sm90.py --config tail_split=1).
+  # main's 462, tools/sass_static.py), then the trace builds' CTA exits on 1 x 16384 (the last wave).
+  # .devcache/tail: root = main's d128 none lse / nolse objects, tail/ = the same classes (and the
+  # fp16 nolse one) with tail_split=1 (tools/prebuild_sm90.py --config tail_split=1), trace/ and
+  # trace/tail/ the LSE class's trace builds without and with it.
   RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tail timeout ${TESTS_S:-200} python3 -m pytest tests/gpu/test_tail_split_gpu.py \
     -q -p no:cacheprovider > $OUT/tail_tests.log 2>&1
   grep -E "passed|failed|FAILED|ERROR|Error" $OUT/tail_tests.log | tail -20
@@ -312,6 +314,12 @@ tail)
     ISSUE10_ROWS=1x16384:28/4:128:nomask,1x16384:64/8:128:nomask BENCH_REPS=${BENCH_REPS:-20} timeout ${BENCH_S:-150} \
     python3 tools/bench_issue10.py "1x16384 h32/8 d128 nomask" ISSUE10_ROWS > $OUT/tail_bench_rest.log 2>&1
   grep "^| " $OUT/tail_bench_rest.log
+  # The last wave itself: the trace builds (LSE class) without and with the tail split, CTA exits.
+  for flag in "" --tail; do
+    RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/tail timeout 60 python3 tools/trace_timeline.py 1x16384:32/8:128:nomask \
+      --reps 8 $flag 2>&1 | grep -v -i warn
+  done > $OUT/tail_trace.log
+  grep -E "^1x|GPU time|exit" $OUT/tail_trace.log
   ;;
 lse_qahead)
   # Session 28: the d128 no-mask LSE class (early Q release off) with q_ahead, ticket_early 1 / 2

@@ -18,7 +18,9 @@ tile; compare launches of this build with each other, not with the shipped class
 
 Kernel: RAGGED_ATTN_SM90_PREBUILT/trace/<class>.o (tools/prebuild_sm90.py DIR/trace --classes ...
 --config trace_timeline=1), else compiled here (a GPU box).
-Usage: python tools/trace_timeline.py B x L : H_q / H_kv : d : causal|nomask [--before flush|gemm|self] [--reps N]
+With --tail, the build with TileConfig.tail_split too (RAGGED_ATTN_SM90_PREBUILT/trace/tail/<class>.o), launched
+with the tail split's rules: on a uniform no-mask row the CTAs' last exits show the last wave.
+Usage: python tools/trace_timeline.py B x L : H_q / H_kv : d : causal|nomask [--before flush|gemm|self] [--reps N] [--tail]
   e.g. python tools/trace_timeline.py 4x512:32/8:128:nomask --before gemm
 """
 
@@ -43,17 +45,25 @@ from ragged_attn.kernels.sm90 import trace as tr  # noqa: E402
 from ragged_attn.layout_class import LayoutClass  # noqa: E402
 
 
-def load_trace_kernel(lc: LayoutClass):
-    """The class's trace build: prebuilt under RAGGED_ATTN_SM90_PREBUILT/trace, else compiled."""
-    path = os.path.join(os.environ.get("RAGGED_ATTN_SM90_PREBUILT", ""), "trace", lc.name + ".o")
+def trace_config(lc: LayoutClass, tail: bool = False):
+    """The class's tile config with trace_timeline (and tail_split where `tail`)."""
+    from ragged_attn.kernels.sm90.tile_config import tile_config
+
+    return dataclasses.replace(tile_config(lc), trace_timeline=True, tail_split=tail)
+
+
+def load_trace_kernel(lc: LayoutClass, tail: bool = False):
+    """The class's trace build: prebuilt under RAGGED_ATTN_SM90_PREBUILT/trace (with the tail split:
+    trace/tail, built with --config trace_timeline=1,tail_split=1), else compiled."""
+    sub = os.path.join("trace", "tail") if tail else "trace"
+    path = os.path.join(os.environ.get("RAGGED_ATTN_SM90_PREBUILT", ""), sub, lc.name + ".o")
     if os.path.exists(path):
         import cutlass.cute as cute
 
         return cute.runtime.load_module(path, enable_tvm_ffi=True).fwd
     from ragged_attn.kernels.sm90 import compile_forward
-    from ragged_attn.kernels.sm90.tile_config import tile_config
 
-    return compile_forward(lc, config=dataclasses.replace(tile_config(lc), trace_timeline=True))
+    return compile_forward(lc, config=trace_config(lc, tail))
 
 
 def decode_stamps(buf: torch.Tensor, grid: int) -> torch.Tensor:
@@ -135,6 +145,10 @@ def main():
     ap.add_argument("row")
     ap.add_argument("--before", default="flush", choices=("flush", "gemm", "self"))
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument(
+        "--tail", action="store_true",
+        help="the build with TileConfig.tail_split, launched with its rules (kernels/sm90/tail_split.py)",
+    )  # fmt: skip
     a = ap.parse_args()
     lens, hq, hkv, d, causal = parse_row(a.row)
     dev = torch.device("cuda")
@@ -148,13 +162,18 @@ def main():
     grid = torch.cuda.get_device_properties(dev).multi_processor_count
     buf = torch.empty(max(total * hq, grid * tr.TRACE_EVENTS * 2), device=dev)
     lc = LayoutClass("sm_90a", d, d, "bf16", "bf16", "causal" if causal else "none", True, "ragged")
-    kernel = load_trace_kernel(lc)
+    kernel = load_trace_kernel(lc, a.tail)
+    extra = {}
+    if a.tail:
+        from ragged_attn.kernels.sm90.tail_split import tail_class
+
+        extra = dict(tail=tail_class(lc, trace_config(lc, True)), max_seqlen_k=smax)
 
     def launch():
         launch_forward(
             kernel, q=q, k=k, v=v, out=out, lse=buf, cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_q=None,
             seqused_k=None, batch=b, max_seqlen_q=smax, lse_s_max=0, softmax_scale=d**-0.5,
-            window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1),
+            window_left=-1, window_right=-1, bottom_right=True, lse_strides=(0, hq, hq, 1), **extra,
         )  # fmt: skip
 
     flush = torch.empty(256 * 2**20 // 4, device=dev)
@@ -178,7 +197,7 @@ def main():
         torch.cuda.synchronize()
         if rep >= 2:  # the first two warm the allocator and the module
             runs.append((start.elapsed_time(end), decode_stamps(buf, grid)))
-    print(f"{a.row} before={a.before} reps={a.reps} ({torch.cuda.get_device_name()})")
+    print(f"{a.row} before={a.before} reps={a.reps} tail={a.tail} ({torch.cuda.get_device_name()})")
     for line in summarize(runs):
         print(line)
 
