@@ -294,8 +294,9 @@ tail)
   # Session 29 (carry [".devcache/tail"], ~250 s): the tail split (TileConfig.tail_split, off in every
   # class): its GPU tests, then the d128 no-mask classes built with it (variant `tail`) beside main and
   # FA4 on the long no-mask rows it splits (1 x 16384 at 32 / 28 / 64 heads, 2 x 8192 at 64) and on
-  # rows it leaves whole (4 x 512, 16 x 256, mixed14, 33 x 512: its whole tiles' interior loop has 469 instructions to
-  # main's 462, tools/sass_static.py), then the trace builds' CTA exits on 1 x 16384 (the last wave).
+  # rows it leaves whole (4 x 512, 16 x 256, mixed14, 33 x 512: a launch without pieces runs a copy
+  # traced without the split, its loop main's, tools/sass_static.py), then the trace builds' CTA exits
+  # on 1 x 16384 (the last wave).
   # .devcache/tail: root = main's d128 none lse / nolse objects, tail/ = the same classes (and the
   # fp16 nolse one) with tail_split=1 (tools/prebuild_sm90.py --config tail_split=1), trace/ and
   # trace/tail/ the LSE class's trace builds without and with it.

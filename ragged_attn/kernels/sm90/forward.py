@@ -576,6 +576,8 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
                 taken = Int64(0)
             tail_start = num_tiles - taken
             num_tiles = num_tiles + taken * Int64(tail_pieces - 1)
+            if taken == Int64(0):
+                tail_pieces = Int32(1)  # the kernel's `tail_launch` test: no pieces
         grid_x = Int32(cutlass.min(num_tiles, Int64(cutlass.max(num_ctas, 1))))
         scale_log2 = softmax_scale * Float32(LOG2_E)
         softcap_mult = None
@@ -1168,9 +1170,28 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         protocol, block ranges and stores); else the general copy."""
         sched_1, handoff_1, loads_1 = self.unsplit_unpacked(sched, handoff, loads)
         if self.general_launch(handoff) == 0:
-            self.walk_tiles(sched_1, mask_numbers, handoff_1, lse_args, load_one, loads_1, q_state, kv_state)
+            if const_expr(self.tail_split):
+                # A third copy (`tail_launch`): a launch without pieces runs the class's code without
+                # the tail split, instruction for instruction.
+                if self.tail_launch(handoff) != 0:
+                    self.walk_tiles(sched_1, mask_numbers, handoff_1, lse_args, load_one, loads_1, q_state, kv_state)
+                else:
+                    handoff_0 = self.without_tail(handoff_1)
+                    self.walk_tiles(sched_1, mask_numbers, handoff_0, lse_args, load_one, loads_1, q_state, kv_state)
+            else:
+                self.walk_tiles(sched_1, mask_numbers, handoff_1, lse_args, load_one, loads_1, q_state, kv_state)
         else:
             self.walk_tiles(sched, mask_numbers, handoff, lse_args, load_one, loads, q_state, kv_state)
+
+    @cute.jit
+    def tail_launch(self, handoff) -> Int32:
+        """TileConfig.tail_split: non-zero where the launch takes pieces (its tail_pieces, which the
+        host sets to 1 where it takes none)."""
+        return Int32(handoff[4][2][1] != 1)
+
+    def without_tail(self, handoff):
+        """The handoff without the tail split's entry: the walks then trace the class's code without it."""
+        return handoff[:4] + (tuple(handoff[4][:2]),) + handoff[5:]
 
     @cute.jit
     def general_launch(self, handoff) -> Int32:
@@ -1258,7 +1279,14 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         run_args holds (the paged producer warps' loads), else None."""
         _, handoff_1, run_args_1 = self.unsplit_unpacked(sched, handoff, run_args)
         if self.general_launch(handoff) == 0:
-            self.read_tiles(handoff_1, mask_numbers, run_one, run_args_1, q_state, kv_state, wg_idx)
+            if const_expr(self.tail_split):  # three copies, as producer_walk's
+                if self.tail_launch(handoff) != 0:
+                    self.read_tiles(handoff_1, mask_numbers, run_one, run_args_1, q_state, kv_state, wg_idx)
+                else:
+                    handoff_0 = self.without_tail(handoff_1)
+                    self.read_tiles(handoff_0, mask_numbers, run_one, run_args_1, q_state, kv_state, wg_idx)
+            else:
+                self.read_tiles(handoff_1, mask_numbers, run_one, run_args_1, q_state, kv_state, wg_idx)
         else:
             self.read_tiles(handoff, mask_numbers, run_one, run_args, q_state, kv_state, wg_idx)
 
