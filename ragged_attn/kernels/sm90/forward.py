@@ -1307,8 +1307,9 @@ class RaggedForwardSm90(TmaProducer, PagedProducer, MmaMainloops):
         go, unit, tile, batch_idx, seqlen, item, rows, tile_state = self.take_over(pipe_tile, sTile, tile_state, wg_idx)
         if const_expr(tail is not None):
             # A CTA's tickets rise, so its whole tiles (go 1) all come before its tail pieces (go - 1
-            # the piece's word): two loops, the first the class's code without the tail split (in
-            # one loop behind a per-tile test, ptxas gave the interior loop 20 more instructions).
+            # the piece's word): two loops (in one loop behind a per-tile test, ptxas gave the
+            # interior loop 20 more instructions; with two, 7: a launch without pieces takes the
+            # copy traced without them, `tail_launch`).
             while go == 1:
                 block_info = self.block_info_of(tile, pack_r, seqlen, mask_numbers, rows, 0, 1)
                 q_state, kv_state = run_one(run_args, seqlen, block_info, tile, unit, batch_idx, q_state, kv_state, item)
