@@ -210,7 +210,7 @@ class TileConfig:
     # by the host for equal tiles: kernels/sm90/tail_split.py) are each taken `tail_pieces` times, one
     # share of the tile's key blocks per piece, as split-KV splits them; each piece's MMA warpgroups
     # write their normalised O and LSE (fp32) to a workspace, and the warpgroup that finishes a row
-    # block's last piece merges the others into its registers and stores the tile (tail_merge.py).
+    # block's last piece merges every piece's slot in piece order and stores the rows (tail_merge.py).
     # Aimed at the last wave of a uniform no-mask launch (1 x 16384 at 32 heads: 4,096 tiles on 132
     # CTAs leave 4 tiles to run alone for one tile time, 3.1% of the launch; session 28's model). A
     # class with it is entered through `call_tail` (four more arguments). Off everywhere (unmeasured).
