@@ -22,7 +22,9 @@ Rules (`choose_tail_split`, host integers only, no device read, CUDA-graph captu
 4. The workspace, allocated per launch from torch's caching allocator (capturable): fp32 slots of
    (r x MMA warpgroups x S) x `tail_merge.slot_floats(d_v)` (1 x 16384, 32 heads, d128: 4.3 MB)
    and int32 counters (r x MMA warpgroups) zeroed per launch, which the launch leaves 0.
-Unmeasured on a GPU (2026-12-07): no class ships with TileConfig.tail_split yet.
+H100, session 29 (docs/benchmarks/2026-12-07-h100-issue10-session29 section 5): correct, and the
+last wave shrinks, but the launches are not faster (the nolse class 1.8-4.7% slower on the long
+rows, rows without pieces 11-21% slower): no class ships with TileConfig.tail_split.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from .slot_math import slot_slack
+from .split_kv import unsplit_tiles
 from .tail_merge import slot_floats
 from .tile_scheduler import TAIL_MAX_PIECES
 
@@ -62,14 +64,13 @@ def tail_class(layout_class, config=None, force=None) -> TailClass | None:
 
 
 def launch_tiles(batch: int, total_q: int, max_seqlen_q: int, h_q: int, tile_m: int) -> tuple[int, bool]:
-    """(N, packed): the kernel's tile count for a launch without split-KV, GQA or row packing, and
-    whether its slots are packed by cu_seqlens_q (forward.py `tile_counts` with pack_r 1)."""
-    num_wg = tile_m // 64
+    """(N, packed): the kernel's tile count for a launch without split-KV, GQA or row packing
+    (split_kv.unsplit_tiles), and whether its slots are packed by cu_seqlens_q (fewer than the
+    per-sequence slots, ceil(max_seqlen_q / tile_m) of each sequence and head)."""
+    tiles = unsplit_tiles(batch, total_q, max_seqlen_q, h_q, h_q, tile_m, False)
     row_blocks = -(-max_seqlen_q // 64)
-    tiles_max = -(-row_blocks // num_wg)
-    slots = total_q // tile_m + batch * slot_slack(1, num_wg)
-    packed = slots < tiles_max * batch
-    return (slots if packed else tiles_max * batch) * h_q, packed
+    per_sequence = -(-row_blocks // (tile_m // 64)) * batch * h_q
+    return tiles, tiles < per_sequence
 
 
 @functools.lru_cache(maxsize=256)
