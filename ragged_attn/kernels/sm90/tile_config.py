@@ -213,7 +213,8 @@ class TileConfig:
     # block's last piece merges every piece's slot in piece order and stores the rows (tail_merge.py).
     # Aimed at the last wave of a uniform no-mask launch (1 x 16384 at 32 heads: 4,096 tiles on 132
     # CTAs leave 4 tiles to run alone for one tile time, 3.1% of the launch; session 28's model). A
-    # class with it is entered through `call_tail` (four more arguments). Off everywhere (unmeasured).
+    # class with it is entered through `call_tail` (four more arguments). Off everywhere: on an H100
+    # (session 29) it was correct but not faster (tail_split.py's docstring).
     tail_split: bool = False
     # Diagnostic builds only (trace.py): stamp the global timer at each CTA's entry, tile hand-overs,
     # Q waits, loops and stores into the LSE buffer instead of the LSE (tools/trace_timeline.py).
