@@ -97,7 +97,7 @@
 #         Its call, after next28: `source /tmp/devcache/env.sh; export PYTHONPATH=$PWD:$PYTHONPATH;
 #         bash tools/issue10_round.sh tail` with [".devcache/tail"] (GPU tests, then its variant on
 #         the long no-mask rows beside main and FA4; ~250 s). .devcache/sweepcache is rebuilt at this
-#         session's kernel digest (12523bd2); .devcache/sm90's objects are unchanged (every default
+#         session's kernel digest (c3fc9618); .devcache/sm90's objects are unchanged (every default
 #         object is byte-identical to session 28's).
 #
 # Session 19 (H100) timings: paged 59 s, sweep 105 s, each closing suite ~90 s, sanitize 136 s; a
