@@ -337,6 +337,30 @@ clocks)
     --systems ${CLOCK_SYSTEMS:-ragged_attn,fa4,sdpa-cudnn} --phases 2 --phase-s 1.0 --rest-us 0,2700 > $OUT/clocks.log 2>&1
   grep "^|" $OUT/clocks.log
   ;;
+rest)
+  # Session 30 (carry [".devcache/b", ".devcache/s30"]): the long no-mask rows, ours'
+  # nolse class beside FA4 / cuDNN, after rests of 300, 2,700 and 20,000 us before each launch
+  # (FA4 leads by 1-2% in the suites' ~2.7 ms rests, trails under ncu: is the verdict the rest's?),
+  # and 1 x 16896 at 32/8 heads: 4,224 tiles, exactly 32 waves of 132 (no last wave; 1 x 16384 has
+  # 4 tiles in its last): does FA4's lead follow our last wave?
+  for r in ${RESTS:-300 2700 20000}; do
+    echo "=== rest $r us"
+    ISSUE10_REST_US=$r ISSUE10_LSE=0 RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/s30 \
+      ISSUE10_ROWS=1x16896:32/8:128:nomask,1x16384:28/4:128:nomask,1x16384:64/8:128:nomask BENCH_REPS=${BENCH_REPS:-15} \
+      timeout ${BENCH_S:-100} python3 tools/bench_issue10.py "1x16384 h32/8 d128 nomask" ISSUE10_ROWS 2>&1 | grep -v -i warn
+  done > $OUT/rest.log
+  grep -E "^===|^\| " $OUT/rest.log
+  ;;
+order)
+  # Session 30 (after the c bootstrap: FA3 in the set, as in the suites): the long rows timed with the
+  # old rotating rounds (each system always after the same one) and the balanced rounds the harness
+  # uses now (tools/probe_order.py), with each system's median by the system before it.
+  timeout ${ORDER_S:-200} python3 tools/probe_order.py llama3-8b/1x16384-full qwen2.5-7b/1x16384-full \
+    llama3-70b/1x16384-full --reps ${ORDER_REPS:-20} > $OUT/order_full.log 2>&1
+  timeout ${ORDER_S:-120} python3 tools/probe_order.py llama3-8b/1x16384 --suite serving --rest-us 2700 \
+    --reps ${ORDER_REPS:-20} > $OUT/order_causal.log 2>&1
+  grep -h -v -i warn $OUT/order_full.log $OUT/order_causal.log | grep -v "^$" | cut -c1-200 | tail -90
+  ;;
 ncu_rows)
   # Session 24: DRAM bytes, L2 hit rate and time of each kernel of issue 10's rows (tools/ncu_issue10.py;
   # ours from RAGGED_ATTN_SM90_PREBUILT, default .devcache/d192x) beside the peers, caches flushed

@@ -93,34 +93,69 @@ def gpu_ms(fn: Callable[[], object], device: torch.device, head_start_us: float,
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """Round orders of n implementations balanced for the one that runs just before (a Williams
+    design, the crossover trials' answer to carry-over): over the rows returned (n for even n, 2n
+    for odd n > 1) each implementation follows every other one equally often inside the rounds (once
+    for even n, twice for odd n) and holds every position equally often. Row 0 is 0, 1, n-1, 2,
+    n-2, ...; row i adds i to each entry mod n; odd n adds the rows reversed."""
+    if n <= 0:
+        return []
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + i) % n for x in first] for i in range(n)]
+    if n % 2 and n > 1:
+        rows += [row[::-1] for row in rows]
+    return rows
+
+
 def gpu_ms_interleaved(
-    fns: Mapping[str, Callable[[], object]], device: torch.device, head_start_us: float, reps: int = 30
+    fns: Mapping[str, Callable[[], object]], device: torch.device, head_start_us: float, reps: int = 30,
+    order: str = "balanced", launches: list | None = None,
 ) -> dict[str, float] | None:
     """`gpu_ms` for several implementations at once, interleaved: each of the `reps` rounds calls
-    every implementation once (each after its own L2 flush and sleep head start), starting one
-    further along the list each round. So clock and power drift during a run (the H200 settles
-    from ~1.98 to ~1.6 GHz under long tensor-core loads) falls on all of them alike, and no
-    implementation always follows the same one. Returns {name: median milliseconds}; None on CPU."""
+    every implementation once (each after its own L2 flush and sleep head start), so clock and power
+    drift during a run (the H200 settles from ~1.98 to ~1.6 GHz under long tensor-core loads) falls
+    on all of them alike. order "balanced" (default): the rounds cycle through `balanced_orders`, so
+    each implementation runs after every other one equally often; "rotate": round r starts r
+    further along the list, which puts each implementation after the same one in every round (the
+    harness's order until 2026-12-08: a power or code state the one before leaves, e.g. a hotter
+    kernel's, fell on one system only). `launches`, when given, receives (name, name of the launch
+    before it or None, ms) for every timed launch. Returns {name: median milliseconds}; None on CPU."""
+    if order not in ("balanced", "rotate"):
+        raise ValueError(f"gpu_ms_interleaved: order: expected 'balanced' or 'rotate', got {order!r}")
     if device.type != "cuda":
         return None
     names = list(fns)
+    n = len(names)
+    rows = balanced_orders(n) if order == "balanced" else [[(r + j) % n for j in range(n)] for r in range(n)]
     flush = torch.empty(L2_ROTATE_BYTES, dtype=torch.uint8, device=device)
     cycles = int(head_start_us * SLEEP_CYCLES_PER_US)
     for name in names:
         fns[name]()
-    events = {name: [] for name in names}
+    timed = []  # (name, the launch before it, start, end)
+    before = None
     for r in range(reps):
-        for j in range(len(names)):
-            name = names[(r + j) % len(names)]
+        for j in rows[r % len(rows)]:
+            name = names[j]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             flush.zero_()
             torch.cuda._sleep(cycles)
             start.record()
             fns[name]()
             end.record()
-            events[name].append((start, end))
+            timed.append((name, before, start, end))
+            before = name
     torch.cuda.synchronize(device)
-    return {name: statistics.median(s.elapsed_time(e) for s, e in pairs) for name, pairs in events.items()}
+    ms = [(name, prev, s.elapsed_time(e)) for name, prev, s, e in timed]
+    if launches is not None:
+        launches.extend(ms)
+    return {name: statistics.median(t for m, _, t in ms if m == name) for name in names}
 
 
 def device_ms(fn: Callable[[], object], device: torch.device) -> tuple[float, str]:
