@@ -361,6 +361,18 @@ order)
     --reps ${ORDER_REPS:-20} > $OUT/order_causal.log 2>&1
   grep -h -v -i warn $OUT/order_full.log $OUT/order_causal.log | grep -v "^$" | cut -c1-200 | tail -90
   ;;
+libpath)
+  # Session 30's lead (carry [".devcache/b", ".devcache/s30"], ~90 s): on an H100 at 2.7 ms rests the
+  # library call (ragged_attn.attention, tools/probe_order.py) ran 1 x 16384 (32/8, no mask) at 741
+  # TFLOP/s and tools/bench_issue10.py's launch_forward of the same class at 763 (FA4 757-759 in
+  # both). tools/probe_library_path.py times the library call, with out=, launch_forward of the
+  # in-process JIT, of the prebuilt object (one out / a new out each call) and of the library's own
+  # function, beside FA4, in one process; then the timing module's GPU test.
+  RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/s30 timeout ${LIBPATH_S:-200} python3 tools/probe_library_path.py \
+    --reps ${LIBPATH_REPS:-12} > $OUT/libpath.log 2>&1
+  grep -v -i warn $OUT/libpath.log | grep -v "^$" | cut -c1-240
+  timeout 60 python3 -m pytest tests/test_bench_timing.py -q -m gpu -p no:cacheprovider 2>&1 | tail -2
+  ;;
 ncu_rows)
   # Session 24: DRAM bytes, L2 hit rate and time of each kernel of issue 10's rows (tools/ncu_issue10.py;
   # ours from RAGGED_ATTN_SM90_PREBUILT, default .devcache/d192x) beside the peers, caches flushed
