@@ -24,6 +24,7 @@ from ragged_attn.bench.workloads import (
     Workload,
     allowed_pairs,
     make_inputs,
+    named_workloads,
     suite,
     uniform_lengths_until,
 )
@@ -122,6 +123,15 @@ def test_bare_bench_on_a_cpu_runs_the_smoke_suite_and_says_so(tmp_path, capsys):
     assert main(["--out", str(tmp_path), "--no-plots"]) == 0
     assert "running the smoke suite" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.glob("*.json")) == ["smoke.json"]
+
+
+def test_named_workloads_keep_the_order_asked_and_name_what_is_missing():
+    names = ["qwen2.5-7b/1x16384-full", "llama3-8b/1x16384-full"]
+    assert [w.name for w in named_workloads("serving-full", names)] == names
+    with pytest.raises(ValueError, match=r"workloads: \['nope/1x1'\] not in suite 'serving-full'; it has \["):
+        named_workloads("serving-full", ["llama3-8b/1x16384-full", "nope/1x1"])
+    with pytest.raises(ValueError, match="unknown suite 'nope'"):
+        named_workloads("nope", [])
 
 
 def test_uniform14_rule_gives_14_sequences_of_16879_tokens():

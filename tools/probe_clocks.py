@@ -36,7 +36,7 @@ sys.path.insert(0, ROOT)
 
 from ragged_attn.bench.peers import make_systems
 from ragged_attn.bench.timing import SLEEP_CYCLES_PER_US
-from ragged_attn.bench.workloads import make_inputs, suite
+from ragged_attn.bench.workloads import make_inputs, named_workloads
 
 
 def _samples(path: str) -> list[tuple[float, float, float]]:
@@ -129,10 +129,10 @@ def main(argv=None) -> int:
     )  # fmt: skip
     args = parser.parse_args(argv)
     device = torch.device("cuda")
-    by_name = {w.name: w for w in suite(args.suite)}
-    missing = [n for n in args.workloads if n not in by_name]
-    if missing:
-        raise SystemExit(f"workloads: {missing} not in suite {args.suite!r}; it has {sorted(by_name)}")
+    try:
+        workloads = named_workloads(args.suite, args.workloads)
+    except ValueError as e:
+        raise SystemExit(str(e)) from e
     systems = make_systems(args.systems.split(","), "cute")
     fd, log = tempfile.mkstemp(suffix=".csv")
     os.close(fd)
@@ -141,8 +141,8 @@ def main(argv=None) -> int:
         print(f"{torch.cuda.get_device_name(device)}; phases {args.phases} x {args.phase_s} s a system")
         print("| workload | rest us | system | ms / launch | SM MHz | W | k-cycles / launch |")
         print("|---|---|---|---|---|---|---|")
-        for name in args.workloads:
-            w = by_name[name]
+        for w in workloads:
+            name = w.name
             inp = make_inputs(w, device, 0)
             calls = {}
             for s in systems:

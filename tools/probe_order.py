@@ -25,28 +25,30 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from ragged_attn.bench.peers import make_systems  # noqa: E402
-from ragged_attn.bench.timing import gpu_ms_interleaved  # noqa: E402
-from ragged_attn.bench.workloads import make_inputs, suite  # noqa: E402
+from ragged_attn.bench.peers import make_systems
+from ragged_attn.bench.timing import gpu_ms_interleaved
+from ragged_attn.bench.workloads import make_inputs, named_workloads
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workloads", nargs="+", help="workload names of the suite, e.g. llama3-8b/1x16384-full")
+    parser.add_argument(
+        "workloads", nargs="+", help="workload names of the suite, e.g. llama3-8b/1x16384-full"
+    )
     parser.add_argument("--suite", default="serving-full")
     parser.add_argument("--systems", default="ragged_attn,fa4,fa3,cudnn,torch-varlen,sdpa-cudnn")
     parser.add_argument("--reps", type=int, default=30, help="rounds per order")
     parser.add_argument("--rest-us", type=float, default=2700.0, help="sleep before each launch, us")
     args = parser.parse_args(argv)
     device = torch.device("cuda")
-    by_name = {w.name: w for w in suite(args.suite)}
-    missing = [n for n in args.workloads if n not in by_name]
-    if missing:
-        raise SystemExit(f"workloads: {missing} not in suite {args.suite!r}; it has {sorted(by_name)}")
+    try:
+        workloads = named_workloads(args.suite, args.workloads)
+    except ValueError as e:
+        raise SystemExit(str(e)) from e
     systems = make_systems(args.systems.split(","), "cute")
     print(f"{torch.cuda.get_device_name(device)}; {args.reps} rounds an order, rest {args.rest_us:.0f} us")
-    for name in args.workloads:
-        w = by_name[name]
+    for w in workloads:
+        name = w.name
         inp = make_inputs(w, device, 0)
         calls = {}
         for s in systems:
@@ -86,7 +88,9 @@ def main(argv=None) -> int:
             cells = []
             for p in names:
                 ts = [t for m, q, t in launches["balanced"] if m == n and q == p]
-                cells.append(f"{w.flops / (statistics.median(ts) * 1e-3) / 1e12:.1f} ({len(ts)})" if ts else "-")
+                cells.append(
+                    f"{w.flops / (statistics.median(ts) * 1e-3) / 1e12:.1f} ({len(ts)})" if ts else "-"
+                )
             print(f"| {n} | " + " | ".join(cells) + " |")
         del inp, calls
         torch.cuda.empty_cache()

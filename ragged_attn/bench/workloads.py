@@ -221,6 +221,17 @@ def suite(name: str) -> list[Workload]:
     return SUITES[name]()
 
 
+def named_workloads(suite_name: str, names: list[str]) -> list[Workload]:
+    """The workloads of suite `suite_name` called `names` (e.g. "llama3-8b/1x16384-full"), in that
+    order, for tools that time a few rows. ValueError naming the suite (unknown) or the names it
+    lacks, with the names it has."""
+    by_name = {w.name: w for w in suite(suite_name)}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ValueError(f"workloads: {missing} not in suite {suite_name!r}; it has {sorted(by_name)}")
+    return [by_name[n] for n in names]
+
+
 # ---------------------------------------------------------------------------------------------
 # Inputs
 
