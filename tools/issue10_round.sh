@@ -367,7 +367,9 @@ libpath)
   # TFLOP/s and tools/bench_issue10.py's launch_forward of the same class at 763 (FA4 757-759 in
   # both). tools/probe_library_path.py times the library call, with out=, launch_forward of the
   # in-process JIT, of the prebuilt object (one out / a new out each call) and of the library's own
-  # function, beside FA4, in one process; then the timing module's GPU test.
+  # function, beside FA4, in one process; then the timing module's GPU test. Build .devcache/s30 first
+  # (~1 min): CUTE_DSL_ARCH=sm_90a python tools/prebuild_sm90.py .devcache/s30 --no-variants --classes \
+  #   sm_90a-d128x128-bf16-bf16-none-nolse-ragged,sm_90a-d128x128-bf16-bf16-none-lse-ragged
   RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/s30 timeout ${LIBPATH_S:-200} python3 tools/probe_library_path.py \
     --reps ${LIBPATH_REPS:-12} > $OUT/libpath.log 2>&1
   grep -v -i warn $OUT/libpath.log | grep -v "^$" | cut -c1-240
