@@ -362,7 +362,7 @@ order)
   grep -h -v -i warn $OUT/order_full.log $OUT/order_causal.log | grep -v "^$" | cut -c1-200 | tail -90
   ;;
 libpath)
-  # Session 30's lead (carry [".devcache/b", ".devcache/s30"], ~90 s): on an H100 at 2.7 ms rests the
+  # Session 30's lead (carry [".devcache/b", ".devcache/s30"], ~150 s): on an H100 at 2.7 ms rests the
   # library call (ragged_attn.attention, tools/probe_order.py) ran 1 x 16384 (32/8, no mask) at 741
   # TFLOP/s and tools/bench_issue10.py's launch_forward of the same class at 763 (FA4 757-759 in
   # both). tools/probe_library_path.py times the library call, with out=, launch_forward of the
@@ -373,6 +373,12 @@ libpath)
   RAGGED_ATTN_SM90_PREBUILT=$PWD/.devcache/s30 timeout ${LIBPATH_S:-200} python3 tools/probe_library_path.py \
     --reps ${LIBPATH_REPS:-12} > $OUT/libpath.log 2>&1
   grep -v -i warn $OUT/libpath.log | grep -v "^$" | cut -c1-240
+  # The process around the call: the suite's row with FA4 alone beside ours, then with cuDNN's THD
+  # graph (FlashInfer's cuDNN prefill) in the process too (a persisting-L2 set-aside would show).
+  for systems in ragged_attn,fa4 ragged_attn,fa4,cudnn; do
+    timeout 120 python3 tools/probe_order.py llama3-8b/1x16384-full --systems $systems --reps 8 2>&1 \
+      | grep -v -i warn | grep -E "persisting|^\| (ragged_attn|fa4|cudnn) \|" | cut -c1-160
+  done
   timeout 60 python3 -m pytest tests/test_bench_timing.py -q -m gpu -p no:cacheprovider 2>&1 | tail -2
   ;;
 ncu_rows)

@@ -7,6 +7,9 @@ ours). This tool times the named workloads of a suite both ways, order "rotate" 
 and prints each system's median per order and, from the balanced rounds, its median by the system
 that ran just before it.
 
+Each system's first call is followed by the device's persisting-L2 limit (a set-aside some library
+may reserve, which would shrink the L2 the kernels after it see).
+
 Usage: python tools/probe_order.py WORKLOAD [WORKLOAD ...] [--suite serving-full]
        [--systems ragged_attn,fa4,fa3,cudnn,torch-varlen,sdpa-cudnn] [--reps 30] [--rest-us 2700]
 (the suites rest 3 x the slowest system's host time before each launch, >= 200 us: ~2,700 us on
@@ -28,6 +31,18 @@ sys.path.insert(0, ROOT)
 from ragged_attn.bench.peers import make_systems
 from ragged_attn.bench.timing import gpu_ms_interleaved
 from ragged_attn.bench.workloads import make_inputs, named_workloads
+
+
+def persisting_l2() -> str:
+    """The device's persisting-L2 set-aside (cudaLimitPersistingL2CacheSize, bytes): a library that
+    reserves one leaves less L2 to every kernel after it (our L2 groups assume the whole L2)."""
+    try:
+        import cuda.bindings.runtime as rt
+
+        err, value = rt.cudaDeviceGetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize)
+        return f"{value} B" if err == rt.cudaError_t.cudaSuccess else f"unknown ({err})"
+    except Exception as e:  # noqa: BLE001 - a probe's side note, never its failure
+        return f"unknown ({type(e).__name__})"
 
 
 def main(argv=None) -> int:
@@ -60,6 +75,8 @@ def main(argv=None) -> int:
                 s.setup(w, inp)
                 calls[s.name] = s.bind(w, inp)[0]
                 calls[s.name]()
+                torch.cuda.synchronize(device)
+                print(f"{name}: persisting-L2 limit after {s.name}'s first call: {persisting_l2()}")
             except Exception as e:  # noqa: BLE001 - report and go on without it
                 print(f"{name}: {s.name} failed ({type(e).__name__}: {str(e)[:160]})")
                 calls.pop(s.name, None)
